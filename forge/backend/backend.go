@@ -1,0 +1,380 @@
+// Package backend defines the interface every Forge device implements.
+//
+// It is a leaf package: it imports nothing of Forge's. The tensor package
+// (forge) builds every public op out of the primitive kernels below and
+// records its autograd graph; a backend only moves memory and runs kernels.
+//
+// # Rules every kernel follows
+//
+//   - Shapes and strides are in elements, never bytes. A stride of 0 is a
+//     broadcast dimension. Views passed as inputs may be strided unless the
+//     kernel's documentation says "contiguous"; outputs are always contiguous
+//     and never alias an input unless stated.
+//   - Kernels are asynchronous as far as the caller is concerned: a backend may
+//     queue work and run it later. Values become visible to the host only
+//     through Read, which synchronises first.
+//   - Kernels never allocate the buffers they write: the caller passes them.
+//   - Float kernels run on Float32 and Float64 views; indices are Int32.
+//     A kernel given a dtype it does not support panics with a message naming
+//     the kernel and the dtype. The forge package checks shapes and dtypes
+//     before calling, so kernels check only what forge cannot.
+//
+// A backend may leave kernels unimplemented by embedding Unimplemented; the
+// conformance suite (forge/forgetest) reports such kernels by name and
+// nothing silently falls back to a slower path.
+package backend
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// DType is the element type of a buffer.
+type DType uint8
+
+const (
+	Float32 DType = iota // IEEE 754 single precision; the training dtype
+	Float64              // double precision, CPU only; for gradient checks
+	Int32                // token ids, indices, argmax results
+)
+
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Float64:
+		return "float64"
+	case Int32:
+		return "int32"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Size is the size of one element in bytes.
+func (d DType) Size() int {
+	if d == Float64 {
+		return 8
+	}
+	return 4
+}
+
+// IsFloat reports whether d is a floating-point dtype.
+func (d DType) IsFloat() bool { return d == Float32 || d == Float64 }
+
+// Buffer is a block of device memory holding Len elements of one dtype.
+type Buffer interface {
+	Len() int
+	DType() DType
+}
+
+// View is a strided window onto a buffer: element (i0, i1, …) lives at
+// Offset + Σ ik·Strides[k].
+type View struct {
+	Buf     Buffer
+	Offset  int
+	Shape   []int
+	Strides []int
+}
+
+// Numel is the number of elements the view addresses.
+func (v View) Numel() int {
+	n := 1
+	for _, d := range v.Shape {
+		n *= d
+	}
+	return n
+}
+
+// DType is the dtype of the underlying buffer.
+func (v View) DType() DType { return v.Buf.DType() }
+
+// IsContiguous reports whether the view is row-major with no gaps
+// (dimensions of size 1 may have any stride).
+func (v View) IsContiguous() bool {
+	want := 1
+	for i := len(v.Shape) - 1; i >= 0; i-- {
+		if v.Shape[i] != 1 && v.Strides[i] != want {
+			return false
+		}
+		want *= v.Shape[i]
+	}
+	return true
+}
+
+// ContiguousStrides returns the row-major strides of shape.
+func ContiguousStrides(shape []int) []int {
+	s := make([]int, len(shape))
+	acc := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = acc
+		acc *= shape[i]
+	}
+	return s
+}
+
+// UnaryOp names an elementwise function of one argument. Param A and B are
+// the op's scalar parameters where it has any.
+type UnaryOp uint8
+
+const (
+	Neg        UnaryOp = iota // -x
+	Exp                       // e^x
+	Log                       // ln x
+	Sqrt                      // √x
+	Rsqrt                     // 1/√x
+	Tanh                      // tanh x
+	Sigmoid                   // 1/(1+e^-x)
+	SiLU                      // x·sigmoid(x)
+	GELUTanh                  // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
+	GELUErf                   // 0.5x(1+erf(x/√2))
+	ReLU                      // max(x, 0)
+	Abs                       // |x|
+	PowScalar                 // x^A
+	Clamp                     // min(max(x, A), B)
+	Affine                    // A·x + B (scalar add, sub, mul, div)
+	RPowScalar                // A^x
+	RDivScalar                // A/x
+	Square                    // x²
+	Sign                      // -1, 0, 1
+	numUnaryOps
+)
+
+var unaryNames = [...]string{"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu",
+	"gelu_tanh", "gelu_erf", "relu", "abs", "pow_scalar", "clamp", "affine", "rpow_scalar",
+	"rdiv_scalar", "square", "sign"}
+
+func (o UnaryOp) String() string {
+	if int(o) < len(unaryNames) {
+		return unaryNames[o]
+	}
+	return fmt.Sprintf("unary(%d)", uint8(o))
+}
+
+// BinaryOp names an elementwise function of two arguments. Comparisons
+// write 1 or 0 in the output's dtype.
+type BinaryOp uint8
+
+const (
+	Add BinaryOp = iota
+	Sub
+	Mul
+	Div
+	Pow     // a^b
+	Maximum // max(a, b)
+	Minimum // min(a, b)
+	Eq
+	Ne
+	Lt
+	Le
+	Gt
+	Ge
+	numBinaryOps
+)
+
+var binaryNames = [...]string{"add", "sub", "mul", "div", "pow", "maximum", "minimum",
+	"eq", "ne", "lt", "le", "gt", "ge"}
+
+func (o BinaryOp) String() string {
+	if int(o) < len(binaryNames) {
+		return binaryNames[o]
+	}
+	return fmt.Sprintf("binary(%d)", uint8(o))
+}
+
+// ReduceOp names a reduction.
+type ReduceOp uint8
+
+const (
+	ReduceSum ReduceOp = iota
+	ReduceMax
+	ReduceMin
+	ReduceArgMax // index of the first maximum; dst is Int32
+	ReduceArgMin // index of the first minimum; dst is Int32
+)
+
+var reduceNames = [...]string{"sum", "max", "min", "argmax", "argmin"}
+
+func (o ReduceOp) String() string {
+	if int(o) < len(reduceNames) {
+		return reduceNames[o]
+	}
+	return fmt.Sprintf("reduce(%d)", uint8(o))
+}
+
+// Scalars carries the scalar parameters of a unary op.
+type Scalars struct{ A, B float64 }
+
+// AttentionParams configures fused scaled-dot-product attention.
+type AttentionParams struct {
+	Scale  float64 // multiplies q·k; usually 1/√D
+	Causal bool    // query i (at absolute position Tk-Tq+i) sees keys 0..Tk-Tq+i
+}
+
+// Backend is a device: memory management plus the primitive kernels.
+//
+// Shape letters used below: N rows, C channels (last axis), B batch,
+// H query heads, Hkv key/value heads (H % Hkv == 0), Tq query length,
+// Tk key length, D head dimension, V vocabulary.
+type Backend interface {
+	// Name is the registry name, e.g. "cpu".
+	Name() string
+
+	// Alloc returns a buffer of n elements whose contents are unspecified.
+	Alloc(dt DType, n int) Buffer
+	// Free returns a buffer to the backend. The buffer must not be used
+	// again; calling Free is optional (unreferenced buffers are collected).
+	Free(b Buffer)
+	// Write copies host data ([]float32, []float64 or []int32 matching the
+	// buffer's dtype, len ≤ Len) into the buffer starting at element 0.
+	Write(dst Buffer, src any)
+	// Read synchronises and copies the buffer's first len(dst) elements into
+	// dst ([]float32, []float64 or []int32 matching the dtype).
+	Read(src Buffer, dst any)
+	// Sync waits for every queued kernel to finish.
+	Sync()
+
+	// Fill sets every element of dst to v.
+	Fill(dst View, v float64)
+	// Copy copies src into dst elementwise (same shape; src may be strided
+	// or broadcast, dst may be strided). It converts between dtypes.
+	Copy(dst, src View)
+	// Unary computes dst = op(src); src is broadcast to dst's shape.
+	Unary(op UnaryOp, s Scalars, dst, src View)
+	// UnaryGrad computes dx = g·op'(x) for the ops that have a derivative;
+	// y = op(x) is passed too (some rules are cheaper in y). x, y, g have
+	// dst's shape (they may be strided).
+	UnaryGrad(op UnaryOp, s Scalars, dx, x, y, g View)
+	// Binary computes dst = a op b; a and b carry broadcast strides so they
+	// have dst's shape.
+	Binary(op BinaryOp, dst, a, b View)
+	// Where computes dst = cond ≠ 0 ? a : b with broadcast views.
+	Where(dst, cond, a, b View)
+	// Reduce reduces the last nred dimensions of src into dst, whose shape is
+	// src.Shape[:len-nred] (contiguous). ArgMax/ArgMin write Int32 indices
+	// into the flattened reduced extent.
+	Reduce(op ReduceOp, dst, src View, nred int)
+
+	// MatMul computes dst[b] = a[b] @ b[b] for every batch index b.
+	// a is (..., M, K), bm is (..., K, N), dst is (..., M, N) contiguous.
+	// The batch dims of a and bm are already broadcast to dst's (stride 0).
+	// Each operand's last two dims are either row-major (stride (ld, 1)) or
+	// column-major (stride (1, ld)): transposed operands arrive as views and
+	// are never materialised. If accumulate, dst += a@b instead of dst = a@b.
+	MatMul(dst, a, bm View, accumulate bool)
+
+	// Softmax writes y = softmax(x) (or log_softmax if log) over the last
+	// axis. x and y are contiguous.
+	Softmax(y, x View, log bool)
+	// SoftmaxBackward writes dx from y (the forward output) and dy.
+	// softmax: dx = y·(dy − Σ dy·y); log: dx = dy − exp(y)·Σ dy. Contiguous.
+	SoftmaxBackward(dx, y, dy View, log bool)
+
+	// LayerNorm normalises rows of x (N, C): y = (x−mean)·rstd·w + b, writing
+	// mean and rstd (N). w and b may have a nil Buf (no affine). Contiguous.
+	LayerNorm(y, mean, rstd, x, w, b View, eps float64)
+	// LayerNormBackward writes dx (N, C), and dw, db (C) where their Buf is
+	// not nil (overwriting them).
+	LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd View)
+	// RMSNorm: y = x·rstd·w with rstd = 1/√(mean(x²)+eps), rstd (N) saved.
+	RMSNorm(y, rstd, x, w View, eps float64)
+	// RMSNormBackward writes dx (N, C) and dw (C) where its Buf is not nil.
+	RMSNormBackward(dx, dw, dy, x, w, rstd View)
+
+	// RoPE rotates interleaved pairs (x[2k], x[2k+1]) of x (N, T, D),
+	// contiguous, by angle (pos0+t)·theta^(−2k/D); inverse rotates by the
+	// negative angle (the backward pass).
+	RoPE(y, x View, pos0 int, theta float64, inverse bool)
+
+	// IndexSelect writes dst = src.index_select(axis, idx): src (P, S, Q)
+	// contiguous as three flattened groups around axis, idx Int32 (I),
+	// dst (P, I, Q). Out-of-range indices were checked by forge.
+	IndexSelect(dst, src, idx View, axis int)
+	// IndexAdd is IndexSelect's adjoint: dst (P, S, Q) is overwritten with
+	// zeros, then dst[:, idx[i], :] += src[:, i, :] in index order
+	// (deterministic, no atomics).
+	IndexAdd(dst, src, idx View, axis int)
+	// Gather writes dst[..., i, ...] = src[..., idx[..., i, ...], ...] along
+	// axis (torch.gather); idx and dst share a shape, src matches it on every
+	// other axis. All contiguous.
+	Gather(dst, src, idx View, axis int)
+	// ScatterAdd is Gather's adjoint: dst (src's shape) is zeroed, then
+	// dst[..., idx[…], ...] += g[…], deterministic.
+	ScatterAdd(dst, g, idx View, axis int)
+
+	// Attention computes causal or full scaled-dot-product attention with
+	// grouped KV heads. q (B, H, Tq, D), k and v (B, Hkv, Tk, D), out
+	// (B, H, Tq, D), lse (B, H, Tq) float32/64 row log-sum-exp of the scaled
+	// scores, saved for the backward. All contiguous. No (Tq, Tk) matrix
+	// outlives the call.
+	Attention(out, lse, q, k, v View, p AttentionParams)
+	// AttentionBackward writes dq, dk, dv (overwriting) from the forward's
+	// inputs, output, lse and the upstream dout, recomputing probabilities
+	// from lse (FlashAttention-2).
+	AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout View, p AttentionParams)
+
+	// CrossEntropy writes loss (N), the per-row −log softmax(logits)[target]
+	// (0 where target == ignore), and lse (N) the row log-sum-exp; logits
+	// (N, V) contiguous, targets Int32 (N).
+	CrossEntropy(loss, lse, logits, targets View, ignore int)
+	// CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
+	// onehot(target)), rows with target == ignore set to zero.
+	CrossEntropyBackward(dlogits, logits, lse, targets View, ignore int, scale float64)
+}
+
+// VariantNamer is implemented by backends whose kernels have several code
+// paths (e.g. BLAS or pure-Go matmul); the profiler records the path.
+type VariantNamer interface {
+	Variant(kernel string) string
+}
+
+// ErrNotImplemented is the panic value of an unimplemented kernel.
+type ErrNotImplemented struct {
+	Backend, Kernel string
+}
+
+func (e ErrNotImplemented) Error() string {
+	return fmt.Sprintf("backend %s: kernel %s is not implemented", e.Backend, e.Kernel)
+}
+
+var (
+	mu       sync.Mutex
+	registry = map[string]func() (Backend, error){}
+)
+
+// Register makes a backend available by name. open is called at most once,
+// on first use; it returns an error when the device is unavailable.
+func Register(name string, open func() (Backend, error)) {
+	mu.Lock()
+	defer mu.Unlock()
+	var once sync.Once
+	var b Backend
+	var err error
+	registry[name] = func() (Backend, error) {
+		once.Do(func() { b, err = open() })
+		return b, err
+	}
+}
+
+// Open returns the named backend, opening it on first use.
+func Open(name string) (Backend, error) {
+	mu.Lock()
+	open, ok := registry[name]
+	mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("backend %q is not registered (registered: %v)", name, Names())
+	}
+	return open()
+}
+
+// Names lists the registered backends in alphabetical order.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,405 @@
+// Package cpu is Forge's CPU backend: row-major float32/float64/int32 slices,
+// matmul through BLAS (OpenBLAS on Linux, Accelerate on macOS, loaded with
+// purego, no cgo) or a pure-Go blocked kernel where no BLAS loads, and every
+// other kernel a fused loop parallelised over rows.
+//
+// Importing the package registers the backend under the name "cpu".
+//
+// # Threads
+//
+// One pool is in charge at a time: Go kernels split rows over GOMAXPROCS
+// goroutines, and BLAS runs with its own threads while Go waits for it.
+// Two spinning pools on the same cores halve throughput.
+//
+// # Synchrony
+//
+// Every kernel runs to completion before it returns, so Sync is a no-op.
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+func init() {
+	backend.Register("cpu", func() (backend.Backend, error) { return New(), nil })
+}
+
+// Backend is the CPU device. Its zero value is not usable; call New.
+type Backend struct {
+	backend.Unimplemented
+	workers int
+}
+
+// New returns a CPU backend using GOMAXPROCS workers.
+func New() *Backend {
+	b := &Backend{workers: runtime.GOMAXPROCS(0)}
+	b.BackendName = "cpu"
+	initBLAS()
+	return b
+}
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Buffer is CPU memory: exactly one of the slices is non-nil.
+type Buffer struct {
+	F32 []float32
+	F64 []float64
+	I32 []int32
+}
+
+// Len returns the number of elements.
+func (b *Buffer) Len() int {
+	switch {
+	case b.F32 != nil:
+		return len(b.F32)
+	case b.F64 != nil:
+		return len(b.F64)
+	}
+	return len(b.I32)
+}
+
+// DType returns the element type.
+func (b *Buffer) DType() backend.DType {
+	switch {
+	case b.F32 != nil:
+		return backend.Float32
+	case b.F64 != nil:
+		return backend.Float64
+	}
+	return backend.Int32
+}
+
+// Alloc returns a zeroed buffer of n elements.
+func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
+	// A zero-length buffer still needs a non-nil slice to carry its dtype.
+	c := max(n, 0)
+	switch dt {
+	case backend.Float32:
+		return &Buffer{F32: make([]float32, c, max(c, 1))}
+	case backend.Float64:
+		return &Buffer{F64: make([]float64, c, max(c, 1))}
+	case backend.Int32:
+		return &Buffer{I32: make([]int32, c, max(c, 1))}
+	}
+	panic(fmt.Sprintf("cpu: alloc: unknown dtype %v", dt))
+}
+
+// Free drops the buffer's memory; the garbage collector reclaims it.
+func (b *Backend) Free(buf backend.Buffer) {
+	if c, ok := buf.(*Buffer); ok {
+		c.F32, c.F64, c.I32 = c.F32[:0:0], c.F64[:0:0], c.I32[:0:0]
+	}
+}
+
+// Write copies host data into buf.
+func (b *Backend) Write(dst backend.Buffer, src any) {
+	d := dst.(*Buffer)
+	switch s := src.(type) {
+	case []float32:
+		copy(d.F32, s)
+	case []float64:
+		copy(d.F64, s)
+	case []int32:
+		copy(d.I32, s)
+	default:
+		panic(fmt.Sprintf("cpu: write: unsupported host type %T", src))
+	}
+}
+
+// Read copies buf's leading elements into dst.
+func (b *Backend) Read(src backend.Buffer, dst any) {
+	s := src.(*Buffer)
+	switch d := dst.(type) {
+	case []float32:
+		copy(d, s.F32)
+	case []float64:
+		copy(d, s.F64)
+	case []int32:
+		copy(d, s.I32)
+	default:
+		panic(fmt.Sprintf("cpu: read: unsupported host type %T", dst))
+	}
+}
+
+// Sync is a no-op: CPU kernels finish before they return.
+func (b *Backend) Sync() {}
+
+// buf returns the CPU buffer of a view.
+func buf(v backend.View) *Buffer { return v.Buf.(*Buffer) }
+
+// f32 returns the float32 slice of v starting at its offset.
+func f32(v backend.View) []float32 { return buf(v).F32[v.Offset:] }
+func f64(v backend.View) []float64 { return buf(v).F64[v.Offset:] }
+func i32(v backend.View) []int32   { return buf(v).I32[v.Offset:] }
+
+// Float is the element constraint of the float kernels.
+type Float interface{ ~float32 | ~float64 }
+
+// floats returns v's slice (from its offset) as []T; T must match the dtype.
+func floats[T Float](v backend.View) []T {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		return any(f32(v)).([]T)
+	default:
+		return any(f64(v)).([]T)
+	}
+}
+
+func badDType(kernel string, dt backend.DType) string {
+	return fmt.Sprintf("cpu: %s: unsupported dtype %v", kernel, dt)
+}
+
+// ---------------------------------------------------------------------------
+// Parallel loops
+
+// minGrain is the smallest amount of work (in elements touched) worth
+// handing to another goroutine.
+const minGrain = 32 << 10
+
+// parallelFor runs fn over [0, n) split into contiguous chunks, one per
+// worker, using at most b.workers goroutines. cost is the approximate number
+// of elements each index touches; small jobs run on the calling goroutine.
+func (b *Backend) parallelFor(n, cost int, fn func(lo, hi int)) {
+	parallelFor(b.workers, n, cost, fn)
+}
+
+func parallelFor(workers, n, cost int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	w := workers
+	if total := n * max(cost, 1); total < 2*minGrain {
+		w = 1
+	} else if c := total / minGrain; c < w {
+		w = c
+	}
+	if w > n {
+		w = n
+	}
+	if w <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + w - 1) / w
+	for lo := chunk; lo < n; lo += chunk {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			fn(lo, hi)
+		}(lo, min(lo+chunk, n))
+	}
+	fn(0, min(chunk, n))
+	wg.Wait()
+}
+
+// ---------------------------------------------------------------------------
+// Strided iteration
+
+// layout describes k views of one shape for elementwise iteration: the
+// shape with mergeable dimensions coalesced, and each view's strides and
+// offset.
+type layout struct {
+	shape   []int   // coalesced shape, at least one dimension
+	strides [][]int // strides[v][d]
+	offsets []int   // offsets[v]
+}
+
+// newLayout coalesces the dimensions of views that all share shape (the
+// first view's). Dimensions of size 1 are dropped and adjacent dimensions
+// merged where every view's strides allow.
+func newLayout(views ...backend.View) layout {
+	shape := views[0].Shape
+	k := len(views)
+	l := layout{strides: make([][]int, k), offsets: make([]int, k)}
+	for v := range views {
+		l.offsets[v] = views[v].Offset
+	}
+	for d := range shape {
+		if shape[d] == 1 {
+			continue
+		}
+		n := len(l.shape)
+		merge := n > 0
+		for v := 0; merge && v < k; v++ {
+			if l.strides[v][n-1] != views[v].Strides[d]*shape[d] {
+				merge = false
+			}
+		}
+		if merge {
+			l.shape[n-1] *= shape[d]
+			for v := range views {
+				l.strides[v][n-1] = views[v].Strides[d]
+			}
+			continue
+		}
+		l.shape = append(l.shape, shape[d])
+		for v := range views {
+			l.strides[v] = append(l.strides[v], views[v].Strides[d])
+		}
+	}
+	if len(l.shape) == 0 {
+		l.shape = []int{1}
+		for v := range views {
+			l.strides[v] = []int{1}
+		}
+	}
+	return l
+}
+
+// rows is the number of innermost runs: the product of all but the last
+// coalesced dimension.
+func (l layout) rows() int {
+	n := 1
+	for _, d := range l.shape[:len(l.shape)-1] {
+		n *= d
+	}
+	return n
+}
+
+// inner is the length of the innermost run.
+func (l layout) inner() int { return l.shape[len(l.shape)-1] }
+
+// innerStride returns view v's stride along the innermost dimension.
+func (l layout) innerStride(v int) int { return l.strides[v][len(l.shape)-1] }
+
+// forRows calls fn(offs) for each innermost run r in [lo, hi) with offs[v]
+// the offset of view v's first element of that run. offs is reused between
+// calls.
+func (l layout) forRows(lo, hi int, fn func(offs []int)) {
+	outer := l.shape[:len(l.shape)-1]
+	k := len(l.offsets)
+	idx := make([]int, len(outer))
+	offs := make([]int, k)
+	// Decompose lo into a multi-index.
+	r := lo
+	for d := len(outer) - 1; d >= 0; d-- {
+		idx[d] = r % outer[d]
+		r /= outer[d]
+	}
+	for v := 0; v < k; v++ {
+		offs[v] = l.offsets[v]
+		for d := range outer {
+			offs[v] += idx[d] * l.strides[v][d]
+		}
+	}
+	for r := lo; r < hi; r++ {
+		fn(offs)
+		// Odometer increment.
+		for d := len(outer) - 1; d >= 0; d-- {
+			idx[d]++
+			for v := 0; v < k; v++ {
+				offs[v] += l.strides[v][d]
+			}
+			if idx[d] < outer[d] {
+				break
+			}
+			for v := 0; v < k; v++ {
+				offs[v] -= l.strides[v][d] * outer[d]
+			}
+			idx[d] = 0
+		}
+	}
+}
+
+// each runs fn over all innermost runs of the layout, in parallel.
+// fn receives the offsets of each view and the run length n; view v's
+// element j of the run is at offs[v] + j*l.innerStride(v).
+func (b *Backend) each(l layout, fn func(offs []int, n int)) {
+	n := l.inner()
+	b.parallelFor(l.rows(), n*len(l.offsets), func(lo, hi int) {
+		l.forRows(lo, hi, func(offs []int) { fn(offs, n) })
+	})
+}
+
+// Fill sets every element of dst to v.
+func (b *Backend) Fill(dst backend.View, v float64) {
+	l := newLayout(dst)
+	s := l.innerStride(0)
+	switch dst.DType() {
+	case backend.Float32:
+		d, x := buf(dst).F32, float32(v)
+		b.each(l, func(o []int, n int) {
+			for j, p := 0, o[0]; j < n; j, p = j+1, p+s {
+				d[p] = x
+			}
+		})
+	case backend.Float64:
+		d := buf(dst).F64
+		b.each(l, func(o []int, n int) {
+			for j, p := 0, o[0]; j < n; j, p = j+1, p+s {
+				d[p] = v
+			}
+		})
+	case backend.Int32:
+		d, x := buf(dst).I32, int32(v)
+		b.each(l, func(o []int, n int) {
+			for j, p := 0, o[0]; j < n; j, p = j+1, p+s {
+				d[p] = x
+			}
+		})
+	}
+}
+
+// Copy copies src into dst (same shape), converting dtypes.
+func (b *Backend) Copy(dst, src backend.View) {
+	l := newLayout(dst, src)
+	sd, ss := l.innerStride(0), l.innerStride(1)
+	db, sb := buf(dst), buf(src)
+	switch {
+	case db.F32 != nil && sb.F32 != nil:
+		copyRuns(b, l, db.F32, sb.F32, sd, ss)
+	case db.F64 != nil && sb.F64 != nil:
+		copyRuns(b, l, db.F64, sb.F64, sd, ss)
+	case db.I32 != nil && sb.I32 != nil:
+		copyRuns(b, l, db.I32, sb.I32, sd, ss)
+	default:
+		// Dtype conversion: go through float64, which holds every int32
+		// and float32 exactly.
+		get := getter(sb)
+		set := setter(db)
+		b.each(l, func(o []int, n int) {
+			for j := 0; j < n; j++ {
+				set(o[0]+j*sd, get(o[1]+j*ss))
+			}
+		})
+	}
+}
+
+func copyRuns[T float32 | float64 | int32](b *Backend, l layout, d, s []T, sd, ss int) {
+	b.each(l, func(o []int, n int) {
+		if sd == 1 && ss == 1 {
+			copy(d[o[0]:o[0]+n], s[o[1]:o[1]+n])
+			return
+		}
+		for j, p, q := 0, o[0], o[1]; j < n; j, p, q = j+1, p+sd, q+ss {
+			d[p] = s[q]
+		}
+	})
+}
+
+func getter(b *Buffer) func(int) float64 {
+	switch {
+	case b.F32 != nil:
+		return func(i int) float64 { return float64(b.F32[i]) }
+	case b.F64 != nil:
+		return func(i int) float64 { return b.F64[i] }
+	}
+	return func(i int) float64 { return float64(b.I32[i]) }
+}
+
+func setter(b *Buffer) func(int, float64) {
+	switch {
+	case b.F32 != nil:
+		return func(i int, v float64) { b.F32[i] = float32(v) }
+	case b.F64 != nil:
+		return func(i int, v float64) { b.F64[i] = v }
+	}
+	return func(i int, v float64) { b.I32[i] = int32(v) }
+}
