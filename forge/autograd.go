@@ -1,0 +1,211 @@
+package forge
+
+// node records the op that produced a tensor: its differentiable inputs and
+// the rule mapping the output's gradient to theirs.
+type node struct {
+	op       string
+	inputs   []*Tensor
+	backward func(g *Tensor) []*Tensor // one gradient (or nil) per input
+}
+
+// gradDepth counts nested NoGrad calls; recording is on when it is 0.
+var gradDepth int
+
+// NoGrad runs fn without recording a graph: tensors created inside do not
+// require gradients.
+func NoGrad(fn func()) {
+	gradDepth++
+	defer func() { gradDepth-- }()
+	fn()
+}
+
+// GradEnabled reports whether ops record a graph now.
+func GradEnabled() bool { return gradDepth == 0 }
+
+// record makes out the result of op on inputs with the given backward rule,
+// if recording is on and any input requires a gradient. It returns out.
+func record(out *Tensor, op string, inputs []*Tensor, backward func(g *Tensor) []*Tensor) *Tensor {
+	if gradDepth > 0 {
+		return out
+	}
+	for _, in := range inputs {
+		if in != nil && in.requiresGrad {
+			out.requiresGrad = true
+			out.node = &node{op: op, inputs: inputs, backward: backward}
+			return out
+		}
+	}
+	return out
+}
+
+// RequiresGrad marks a leaf tensor as needing a gradient and returns it.
+func (t *Tensor) RequiresGrad() *Tensor {
+	if t.node != nil {
+		panic(errorf("requires_grad", "only leaf tensors can be marked; %v was made by %s (use Detach first)", t.shape, t.node.op))
+	}
+	if !t.dtype.IsFloat() {
+		panic(errorf("requires_grad", "only float tensors can require gradients, got %v", t.dtype))
+	}
+	t.requiresGrad = true
+	return t
+}
+
+// SetRequiresGrad sets or clears the gradient flag of a leaf tensor.
+func (t *Tensor) SetRequiresGrad(on bool) *Tensor {
+	if on {
+		return t.RequiresGrad()
+	}
+	if t.node != nil {
+		panic(errorf("requires_grad", "cannot clear the flag of a non-leaf tensor %v (use Detach)", t.shape))
+	}
+	t.requiresGrad = false
+	return t
+}
+
+// RequiresGradFlag reports whether the tensor requires a gradient.
+func (t *Tensor) RequiresGradFlag() bool { return t.requiresGrad }
+
+// Grad returns the gradient accumulated by Backward (nil if none).
+func (t *Tensor) Grad() *Tensor { return t.grad }
+
+// SetGrad replaces the accumulated gradient (nil clears it).
+func (t *Tensor) SetGrad(g *Tensor) {
+	if g != nil && !equalShape(g.shape, t.shape) {
+		panic(errorf("set_grad", "gradient shape %v differs from tensor shape %v", g.shape, t.shape))
+	}
+	t.grad = g
+}
+
+// ZeroGrad clears the accumulated gradient.
+func (t *Tensor) ZeroGrad() { t.grad = nil }
+
+// Detach returns a tensor sharing t's memory that is not part of any graph.
+func (t *Tensor) Detach() *Tensor {
+	d := t.view(t.shape, t.strides, t.offset)
+	d.name = t.name
+	return d
+}
+
+// Backward computes the gradient of t with respect to every leaf that
+// requires one, accumulating into their Grad. t must be a scalar (one
+// element) unless a gradient of t's shape is given.
+//
+// The graph is released as it is consumed: after Backward, the tensors the
+// graph saved are no longer referenced by it, and calling Backward again
+// through the same graph panics.
+func (t *Tensor) Backward(grad ...*Tensor) {
+	if !t.requiresGrad {
+		panic(errorf("backward", "tensor %v does not require a gradient (no input had RequiresGrad)", t.shape))
+	}
+	var g *Tensor
+	switch {
+	case len(grad) > 1:
+		panic(errorf("backward", "at most one upstream gradient, got %d", len(grad)))
+	case len(grad) == 1 && grad[0] != nil:
+		g = grad[0]
+		if !equalShape(g.shape, t.shape) {
+			panic(errorf("backward", "upstream gradient shape %v differs from tensor shape %v", g.shape, t.shape))
+		}
+		sameFloat("backward", t, g)
+	default:
+		if t.Numel() != 1 {
+			panic(errorf("backward", "needs a scalar, got shape %v; pass an upstream gradient of that shape", t.shape))
+		}
+		g = fullOn(t.dev, t.dtype, t.shape, 1)
+	}
+
+	order := topoSort(t)
+	grads := map[*Tensor]*Tensor{t: g}
+	prev := phase
+	phase = PhaseBackward
+	gradDepth++
+	defer func() { gradDepth--; phase = prev }()
+	for i := len(order) - 1; i >= 0; i-- {
+		u := order[i]
+		gu := grads[u]
+		delete(grads, u)
+		if gu == nil {
+			continue
+		}
+		if u.node == nil {
+			accumulateGrad(u, gu)
+			continue
+		}
+		n := u.node
+		if n.backward == nil {
+			panic(errorf("backward", "the graph through %s %v was already released by an earlier Backward", n.op, u.shape))
+		}
+		gins := n.backward(gu)
+		for j, in := range n.inputs {
+			if in == nil || !in.requiresGrad || gins[j] == nil {
+				continue
+			}
+			gi := gins[j]
+			if !equalShape(gi.shape, in.shape) {
+				panic(errorf("backward", "internal: %s produced gradient %v for input %v", n.op, gi.shape, in.shape))
+			}
+			if old, ok := grads[in]; ok {
+				grads[in] = old.Add(gi)
+			} else {
+				grads[in] = gi
+			}
+		}
+		// Release what the graph saved: the rule's closure and the inputs.
+		n.backward = nil
+		n.inputs = nil
+	}
+}
+
+// accumulateGrad adds g into the leaf u's gradient.
+func accumulateGrad(u, g *Tensor) {
+	if u.grad == nil {
+		// Own the memory: g may be a view of another tensor or broadcast.
+		u.grad = g.contiguousCopy()
+		return
+	}
+	addInto(u.grad, g)
+}
+
+// topoSort returns the tensors reachable from t through nodes, inputs
+// before the tensors computed from them.
+func topoSort(t *Tensor) []*Tensor {
+	var order []*Tensor
+	seen := map[*Tensor]bool{}
+	type frame struct {
+		t    *Tensor
+		next int
+	}
+	stack := []frame{{t: t}}
+	seen[t] = true
+	for len(stack) > 0 {
+		f := &stack[len(stack)-1]
+		var ins []*Tensor
+		if f.t.node != nil {
+			ins = f.t.node.inputs
+		}
+		if f.next < len(ins) {
+			in := ins[f.next]
+			f.next++
+			if in != nil && in.requiresGrad && !seen[in] {
+				seen[in] = true
+				stack = append(stack, frame{t: in})
+			}
+			continue
+		}
+		order = append(order, f.t)
+		stack = stack[:len(stack)-1]
+	}
+	return order
+}
+
+func equalShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

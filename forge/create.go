@@ -1,0 +1,195 @@
+package forge
+
+import (
+	"math"
+	"slices"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// checkShape panics on negative dimensions.
+func checkShape(op string, shape []int) {
+	for _, d := range shape {
+		if d < 0 {
+			panic(errorf(op, "negative dimension in shape %v", shape))
+		}
+	}
+}
+
+// fullOn returns a tensor of shape filled with v on dev.
+func fullOn(dev *Device, dt DType, shape []int, v float64) *Tensor {
+	checkShape("full", shape)
+	t := newTensor(dev, dt, shape)
+	launch(dev, kcall{name: "fill", dt: dt, shapes: shapesOf(t), bytes: bytesOf(t)},
+		func(b backend.Backend) { b.Fill(t.bv(), v) })
+	return t
+}
+
+// Zeros returns a float32 tensor of zeros on the default device.
+func Zeros(shape ...int) *Tensor { return fullOn(DefaultDevice(), Float32, shape, 0) }
+
+// Ones returns a float32 tensor of ones on the default device.
+func Ones(shape ...int) *Tensor { return fullOn(DefaultDevice(), Float32, shape, 1) }
+
+// Full returns a float32 tensor filled with v on the default device.
+func Full(v float64, shape ...int) *Tensor { return fullOn(DefaultDevice(), Float32, shape, v) }
+
+// ZerosOf returns a tensor of zeros of dtype dt.
+func ZerosOf(dt DType, shape ...int) *Tensor { return fullOn(DefaultDevice(), dt, shape, 0) }
+
+// FullOf returns a tensor of dtype dt filled with v.
+func FullOf(dt DType, v float64, shape ...int) *Tensor { return fullOn(DefaultDevice(), dt, shape, v) }
+
+// ZerosLike returns zeros with t's shape, dtype and device.
+func ZerosLike(t *Tensor) *Tensor { return fullOn(t.dev, t.dtype, t.shape, 0) }
+
+// OnesLike returns ones with t's shape, dtype and device.
+func OnesLike(t *Tensor) *Tensor { return fullOn(t.dev, t.dtype, t.shape, 1) }
+
+// FullLike returns v everywhere with t's shape, dtype and device.
+func FullLike(t *Tensor, v float64) *Tensor { return fullOn(t.dev, t.dtype, t.shape, v) }
+
+// Scalar returns a 0-dimensional float32 tensor holding v.
+func Scalar(v float64) *Tensor { return fullOn(DefaultDevice(), Float32, nil, v) }
+
+// FromSlice copies data ([]float32, []float64 or []int32) into a new tensor
+// on the default device. With no shape the tensor is 1-D; otherwise the
+// shape's product must equal len(data).
+func FromSlice(data any, shape ...int) *Tensor {
+	return fromSliceOn(DefaultDevice(), data, shape)
+}
+
+func fromSliceOn(dev *Device, data any, shape []int) *Tensor {
+	var n int
+	var dt DType
+	switch d := data.(type) {
+	case []float32:
+		n, dt = len(d), Float32
+	case []float64:
+		n, dt = len(d), Float64
+	case []int32:
+		n, dt = len(d), Int32
+	case []int:
+		v := make([]int32, len(d))
+		for i, x := range d {
+			if x != int(int32(x)) {
+				panic(errorf("from_slice", "value %d at index %d does not fit int32", x, i))
+			}
+			v[i] = int32(x)
+		}
+		return fromSliceOn(dev, v, shape)
+	default:
+		panic(errorf("from_slice", "unsupported data type %T; use []float32, []float64, []int32 or []int", data))
+	}
+	if len(shape) == 0 {
+		shape = []int{n}
+	}
+	checkShape("from_slice", shape)
+	if numel(shape) != n {
+		panic(errorf("from_slice", "shape %v holds %d elements but the slice has %d", shape, numel(shape), n))
+	}
+	t := newTensor(dev, dt, shape)
+	dev.b.Write(t.buf, data)
+	return t
+}
+
+// Arange returns the float32 values start, start+step, … below stop (above
+// it for a negative step), like numpy.arange.
+func Arange(start, stop, step float64) *Tensor {
+	if step == 0 || math.IsNaN(step) || math.IsInf(step, 0) {
+		panic(errorf("arange", "step must be finite and non-zero, got %v", step))
+	}
+	n := int(math.Ceil((stop - start) / step))
+	if n < 0 {
+		n = 0
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(start + float64(i)*step)
+	}
+	return FromSlice(v, n)
+}
+
+// ArangeInt returns the int32 values 0, 1, …, n−1.
+func ArangeInt(n int) *Tensor {
+	v := make([]int32, n)
+	for i := range v {
+		v[i] = int32(i)
+	}
+	return FromSlice(v, n)
+}
+
+// To returns the tensor on device d (t itself if it is already there). The
+// copy is differentiable.
+func (t *Tensor) To(d *Device) *Tensor {
+	if t.dev == d {
+		return t
+	}
+	c := t.contiguousCopy()
+	host := hostSlice(c.dtype, c.Numel())
+	c.dev.b.Read(c.buf, host)
+	out := fromSliceOn(d, host, c.shape)
+	src := t.dev
+	return record(out, "to", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.To(src)} })
+}
+
+// Cast returns the tensor converted to dtype dt (t itself if it has it).
+// Casts between float dtypes are differentiable.
+func (t *Tensor) Cast(dt DType) *Tensor {
+	if t.dtype == dt {
+		return t
+	}
+	out := newTensor(t.dev, dt, t.shape)
+	launch(t.dev, kcall{name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
+		func(b backend.Backend) { b.Copy(out.bv(), t.bv()) })
+	if !t.dtype.IsFloat() || !dt.IsFloat() {
+		return out
+	}
+	from := t.dtype
+	return record(out, "cast", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.Cast(from)} })
+}
+
+func hostSlice(dt DType, n int) any {
+	switch dt {
+	case Float32:
+		return make([]float32, n)
+	case Float64:
+		return make([]float64, n)
+	}
+	return make([]int32, n)
+}
+
+// contiguousCopy returns a new contiguous tensor with t's values (no graph).
+func (t *Tensor) contiguousCopy() *Tensor {
+	out := newTensor(t.dev, t.dtype, t.shape)
+	launch(t.dev, kcall{name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
+		func(b backend.Backend) { b.Copy(out.bv(), t.bv()) })
+	return out
+}
+
+// Clone returns a differentiable contiguous copy of t.
+func (t *Tensor) Clone() *Tensor {
+	out := t.contiguousCopy()
+	return record(out, "clone", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g} })
+}
+
+// shapeOf returns a copy of a shape for safe retention.
+func shapeOf(s []int) []int { return slices.Clone(s) }
+
+// CopyFrom writes src's values (broadcast to t's shape, converted to t's
+// dtype) into t's memory, in place, and returns t. Views of t see the new
+// values. In-place writes are not recorded by autograd: call it inside
+// NoGrad (as an optimizer does) on a tensor that requires a gradient. src
+// must not overlap t's memory.
+func (t *Tensor) CopyFrom(src *Tensor) *Tensor {
+	sameDevice("copy_from", t, src)
+	shape := broadcastShapes("copy_from", src.shape, t.shape)
+	if !equalShape(shape, t.shape) {
+		panic(errorf("copy_from", "source %v does not broadcast to destination %v", src.shape, t.shape))
+	}
+	if t.requiresGrad && GradEnabled() {
+		panic(errorf("copy_from", "in-place write to %v, which requires a gradient, while recording; wrap it in forge.NoGrad", t.shape))
+	}
+	copyInto(t, src.broadcastView(t.shape))
+	return t
+}

@@ -1,0 +1,126 @@
+package forge
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// Phase is the part of a training step a kernel belongs to.
+type Phase uint8
+
+const (
+	PhaseForward   Phase = iota // ops called by the user
+	PhaseBackward               // ops run by Backward
+	PhaseOptimizer              // ops run inside WithPhase(PhaseOptimizer, …)
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseForward:
+		return "forward"
+	case PhaseBackward:
+		return "backward"
+	case PhaseOptimizer:
+		return "optimizer"
+	}
+	return "phase?"
+}
+
+var phase = PhaseForward
+
+// CurrentPhase returns the phase kernels are attributed to now.
+func CurrentPhase() Phase { return phase }
+
+// WithPhase runs fn with kernels attributed to p (the optimizer uses
+// PhaseOptimizer), restoring the previous phase afterwards.
+func WithPhase(p Phase, fn func()) {
+	prev := phase
+	phase = p
+	defer func() { phase = prev }()
+	fn()
+}
+
+// KernelCall describes one kernel launch, as reported to a KernelObserver.
+type KernelCall struct {
+	Kernel   string    // kernel name, e.g. "matmul", "unary.exp", "attention.backward"
+	Variant  string    // the path that ran where the backend has several, e.g. "openblas"
+	Device   string    // backend name
+	DType    DType     // dtype of the first operand
+	Shapes   [][]int   // operand shapes, inputs first, then outputs
+	Phase    Phase     // forward, backward or optimizer
+	FLOPs    int64     // floating-point operations the kernel performs
+	Bytes    int64     // bytes it reads and writes at least once
+	Start    time.Time // when the call began (host clock)
+	Duration time.Duration
+}
+
+// KernelObserver receives every kernel call made while it is installed.
+type KernelObserver func(KernelCall)
+
+var observer atomic.Pointer[KernelObserver]
+
+// SetKernelObserver installs obs (nil removes it) and returns the previous
+// observer. While an observer is installed, every kernel is timed (on the
+// CPU, wall time of the call; a GPU backend reports device time) and
+// reported after it completes.
+func SetKernelObserver(obs KernelObserver) KernelObserver {
+	var p *KernelObserver
+	if obs != nil {
+		p = &obs
+	}
+	old := observer.Swap(p)
+	if old == nil {
+		return nil
+	}
+	return *old
+}
+
+// kcall is what an op knows about a kernel before launching it.
+type kcall struct {
+	name   string
+	dt     DType
+	shapes [][]int
+	flops  int64
+	bytes  int64
+}
+
+// launch is the single dispatch point: every kernel call in the package goes
+// through it. Without an observer it only calls fn.
+func launch(d *Device, k kcall, fn func(b backend.Backend)) {
+	obs := observer.Load()
+	if obs == nil {
+		fn(d.b)
+		return
+	}
+	variant := ""
+	if vn, ok := d.b.(backend.VariantNamer); ok {
+		variant = vn.Variant(k.name)
+	}
+	start := time.Now()
+	fn(d.b)
+	dur := time.Since(start)
+	(*obs)(KernelCall{
+		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
+		Phase: phase, FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,
+	})
+}
+
+// shapesOf lists the shapes of ts for a kernel record.
+func shapesOf(ts ...*Tensor) [][]int {
+	s := make([][]int, len(ts))
+	for i, t := range ts {
+		s[i] = t.shape
+	}
+	return s
+}
+
+// bytesOf is the total size in bytes of ts.
+func bytesOf(ts ...*Tensor) int64 {
+	var n int64
+	for _, t := range ts {
+		n += int64(t.Numel() * t.dtype.Size())
+	}
+	return n
+}

@@ -1,0 +1,229 @@
+// Package forgetest is Forge's backend conformance suite: every op, forward
+// and gradient, checked against independent references — PyTorch fixtures
+// (TorchParity), float64 central differences (GradCheck), host-side
+// reference implementations (Properties) and the error contract
+// (BadInput). Each suite function takes the device to test, so every
+// backend runs the same suite; the package's own tests pick the device from
+// FORGE_BACKEND (default "cpu").
+package forgetest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/forgeml/forge/forge"
+)
+
+// gradCase is one differentiable expression: inputs of the given shapes
+// (float64, standard normal unless pos) and a function of them.
+type gradCase struct {
+	name   string
+	shapes [][]int
+	pos    []bool // inputs that must be positive (|x|+0.5)
+	fn     func(x []*forge.Tensor) *forge.Tensor
+}
+
+func ids(dev *forge.Device, v []int32, shape ...int) *forge.Tensor {
+	return forge.FromSlice(v, shape...).To(dev)
+}
+
+// gradCases lists every differentiable op, often in several shapes.
+func gradCases(dev *forge.Device) []gradCase {
+	s := func(shapes ...[]int) [][]int { return shapes }
+	un := func(name string, f func(x *forge.Tensor) *forge.Tensor, pos bool) gradCase {
+		return gradCase{name: "unary/" + name, shapes: s([]int{3, 5}), pos: []bool{pos},
+			fn: func(x []*forge.Tensor) *forge.Tensor { return f(x[0]) }}
+	}
+	bin := func(name string, a, b []int, f func(a, b *forge.Tensor) *forge.Tensor, pos bool) gradCase {
+		return gradCase{name: "binary/" + name, shapes: s(a, b), pos: []bool{pos, false},
+			fn: func(x []*forge.Tensor) *forge.Tensor { return f(x[0], x[1]) }}
+	}
+	mask := func() *forge.Tensor {
+		return forge.FromSlice([]float64{1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 0}, 3, 5).To(dev)
+	}
+	return []gradCase{
+		un("neg", (*forge.Tensor).Neg, false),
+		un("exp", (*forge.Tensor).Exp, false),
+		un("log", (*forge.Tensor).Log, true),
+		un("sqrt", (*forge.Tensor).Sqrt, true),
+		un("rsqrt", (*forge.Tensor).Rsqrt, true),
+		un("tanh", (*forge.Tensor).Tanh, false),
+		un("sigmoid", (*forge.Tensor).Sigmoid, false),
+		un("silu", (*forge.Tensor).SiLU, false),
+		un("gelu_tanh", (*forge.Tensor).GELU, false),
+		un("gelu_erf", (*forge.Tensor).GELUExact, false),
+		un("relu", (*forge.Tensor).ReLU, false),
+		un("abs", (*forge.Tensor).Abs, false),
+		un("square", (*forge.Tensor).Square, false),
+		un("pow_scalar", func(x *forge.Tensor) *forge.Tensor { return x.PowScalar(2.5) }, true),
+		un("clamp", func(x *forge.Tensor) *forge.Tensor { return x.Clamp(-0.7, 0.4) }, false),
+		un("add_scalar", func(x *forge.Tensor) *forge.Tensor { return x.AddScalar(1.5) }, false),
+		un("sub_scalar", func(x *forge.Tensor) *forge.Tensor { return x.SubScalar(1.5) }, false),
+		un("mul_scalar", func(x *forge.Tensor) *forge.Tensor { return x.MulScalar(-3) }, false),
+		un("div_scalar", func(x *forge.Tensor) *forge.Tensor { return x.DivScalar(4) }, false),
+		un("rsub_scalar", func(x *forge.Tensor) *forge.Tensor { return x.RSubScalar(2) }, false),
+		un("rdiv_scalar", func(x *forge.Tensor) *forge.Tensor { return x.RDivScalar(2) }, true),
+		un("rpow_scalar", func(x *forge.Tensor) *forge.Tensor { return x.RPowScalar(1.7) }, false),
+		bin("add_bcast", []int{3, 4}, []int{4}, (*forge.Tensor).Add, false),
+		bin("sub_bcast", []int{2, 1, 5}, []int{3, 1}, (*forge.Tensor).Sub, false),
+		bin("mul_bcast", []int{2, 3, 1}, []int{1, 4}, (*forge.Tensor).Mul, false),
+		bin("div", []int{3, 4}, []int{3, 4}, func(a, b *forge.Tensor) *forge.Tensor { return a.Div(b.Abs().AddScalar(0.5)) }, false),
+		bin("pow", []int{3, 4}, []int{4}, (*forge.Tensor).Pow, true),
+		bin("maximum", []int{3, 4}, []int{3, 4}, (*forge.Tensor).Maximum, false),
+		bin("minimum", []int{3, 4}, []int{1, 4}, (*forge.Tensor).Minimum, false),
+		bin("scalar_tensor", []int{3, 4}, []int{}, (*forge.Tensor).Mul, false),
+		{name: "binary/self_mul", shapes: s([]int{3, 4}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Mul(x[0]).Add(x[0]) }},
+		{name: "where", shapes: s([]int{3, 5}, []int{5}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.Where(mask(), x[0], x[1])
+		}},
+		{name: "masked_fill", shapes: s([]int{3, 5}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return x[0].MaskedFill(mask(), -2)
+		}},
+		{name: "reduce/sum_all", shapes: s([]int{3, 4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Sum() }},
+		{name: "reduce/sum_axes", shapes: s([]int{3, 4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Sum(0, 2) }},
+		{name: "reduce/sum_keep", shapes: s([]int{3, 4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].SumKeep(1) }},
+		{name: "reduce/mean", shapes: s([]int{3, 4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Mean(-1) }},
+		{name: "reduce/var", shapes: s([]int{3, 4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Var(0, 1) }},
+		{name: "reduce/max", shapes: s([]int{3, 4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Max(1) }},
+		{name: "reduce/min_keep", shapes: s([]int{3, 4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].MinKeep(2) }},
+		{name: "matmul/2d", shapes: s([]int{3, 4}, []int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].MatMul(x[1]) }},
+		{name: "matmul/nt", shapes: s([]int{3, 4}, []int{5, 4}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].MatMul(x[1].T()) }},
+		{name: "matmul/tn", shapes: s([]int{4, 3}, []int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].T().MatMul(x[1]) }},
+		{name: "matmul/batched_bcast", shapes: s([]int{2, 1, 3, 4}, []int{3, 4, 2}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].MatMul(x[1]) }},
+		{name: "matmul/batched_x_2d", shapes: s([]int{2, 3, 4}, []int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].MatMul(x[1]) }},
+		{name: "matmul/permuted_batch", shapes: s([]int{3, 2, 4}, []int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return x[0].Permute(1, 0, 2).MatMul(x[1])
+		}},
+		{name: "move/reshape_permute", shapes: s([]int{2, 3, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return x[0].Permute(2, 0, 1).Reshape(4, 6).Tanh()
+		}},
+		{name: "move/narrow_slice_index", shapes: s([]int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return x[0].Narrow(1, 1, 3).Slice(0, -3, 10).Index(1, 0).Exp()
+		}},
+		{name: "move/expand", shapes: s([]int{3, 1}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Expand(2, 3, 4).Tanh() }},
+		{name: "move/concat_stack", shapes: s([]int{2, 3}, []int{1, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			c := forge.Concat(0, x[0], x[1], x[0])
+			return forge.Stack(1, c, c.Square())
+		}},
+		{name: "move/split_chunk", shapes: s([]int{6, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			p := x[0].Split(0, 1, 2, 3)
+			q := x[0].Chunk(2, 1)
+			return p[2].Sum(0).Mul(q[1].Sum(1).Sum().Reshape(1)).Add(p[0].Reshape(4))
+		}},
+		{name: "move/index_select", shapes: s([]int{4, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return x[0].IndexSelect(0, ids(dev, []int32{3, 0, 3, 1}, 4))
+		}},
+		{name: "move/gather", shapes: s([]int{3, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return x[0].Gather(1, ids(dev, []int32{0, 3, 3, 1, 2, 2, 0, 0, 1}, 3, 3))
+		}},
+		{name: "nn/softmax_last", shapes: s([]int{3, 7}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Softmax(-1) }},
+		{name: "nn/softmax_middle", shapes: s([]int{2, 5, 3}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Softmax(1) }},
+		{name: "nn/log_softmax", shapes: s([]int{4, 6}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].LogSoftmax(-1) }},
+		{name: "nn/layer_norm", shapes: s([]int{2, 3, 8}, []int{8}, []int{8}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.LayerNorm(x[0], x[1], x[2], 1e-5)
+		}},
+		{name: "nn/layer_norm_plain", shapes: s([]int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.LayerNorm(x[0], nil, nil, 1e-5) }},
+		{name: "nn/rms_norm", shapes: s([]int{2, 3, 8}, []int{8}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.RMSNorm(x[0], x[1], 1e-6) }},
+		{name: "nn/embedding", shapes: s([]int{5, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.Embedding(ids(dev, []int32{4, 0, 4, 2, 1, 4}, 2, 3), x[0])
+		}},
+		{name: "nn/rope", shapes: s([]int{2, 2, 5, 6}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.RoPE(x[0], 3) }},
+		{name: "nn/attention_causal_gqa", shapes: s([]int{1, 4, 5, 8}, []int{1, 2, 5, 8}, []int{1, 2, 5, 8}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.Attention(x[0], x[1], x[2], true)
+		}},
+		{name: "nn/attention_full", shapes: s([]int{2, 2, 3, 4}, []int{2, 2, 6, 4}, []int{2, 2, 6, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.Attention(x[0], x[1], x[2], false)
+		}},
+		{name: "nn/attention_decode", shapes: s([]int{1, 2, 2, 4}, []int{1, 1, 6, 4}, []int{1, 1, 6, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.Attention(x[0], x[1], x[2], true)
+		}},
+		{name: "nn/cross_entropy_ignore", shapes: s([]int{2, 3, 7}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.CrossEntropy(x[0], ids(dev, []int32{6, -100, 0, 3, 3, -100}, 2, 3), -100)
+		}},
+		{name: "nn/dropout", shapes: s([]int{4, 6}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return forge.Dropout(x[0], 0.3, forge.NewGenerator(7))
+		}},
+		{name: "graph/two_paths", shapes: s([]int{3, 4}, []int{4, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			h := x[0].MatMul(x[1])
+			return h.Tanh().Add(h.Sigmoid().Mul(x[0])).Sum(1)
+		}},
+	}
+}
+
+// GradCheck compares every op's gradient with float64 central differences
+// on dev. Devices without float64 support are reported and skipped.
+func GradCheck(t *testing.T, dev *forge.Device) {
+	if err := forge.Try(func() { forge.ZerosOf(forge.Float64, 1).To(dev).Item() }); err != nil {
+		t.Skipf("device %s has no float64 support (%v): gradient checks run on float64 only", dev.Name(), err)
+	}
+	prev := forge.DefaultDevice()
+	forge.SetDefaultDevice(dev)
+	defer forge.SetDefaultDevice(prev)
+	for _, c := range gradCases(dev) {
+		t.Run(c.name, func(t *testing.T) {
+			if err := forge.Try(func() { checkCase(t, dev, c) }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// checkCase compares the analytic gradient of Σ fn(x)·R with central
+// differences, element by element (at most 24 elements per input).
+func checkCase(t *testing.T, dev *forge.Device, c gradCase) {
+	gen := forge.NewGenerator(uint64(len(c.name))*7919 + 1)
+	xs := make([]*forge.Tensor, len(c.shapes))
+	host := make([][]float64, len(c.shapes))
+	for i, sh := range c.shapes {
+		v := gen.Randn(forge.Float64, sh...).Float64s()
+		if i < len(c.pos) && c.pos[i] {
+			for j := range v {
+				v[j] = math.Abs(v[j]) + 0.5
+			}
+		}
+		host[i] = v
+		xs[i] = forge.FromSlice(v, sh...).To(dev).RequiresGrad()
+	}
+	out := c.fn(xs)
+	r := gen.Randn(forge.Float64, out.Shape()...).To(dev)
+	loss := out.Mul(r).Sum()
+	loss.Backward()
+
+	eval := func(vals [][]float64) float64 {
+		var f float64
+		forge.NoGrad(func() {
+			in := make([]*forge.Tensor, len(vals))
+			for i := range vals {
+				in[i] = forge.FromSlice(vals[i], c.shapes[i]...).To(dev)
+			}
+			f = c.fn(in).Mul(r).Sum().Item()
+		})
+		return f
+	}
+	const h = 1e-6
+	worst := 0.0
+	for i := range xs {
+		g := xs[i].Grad()
+		if g == nil {
+			t.Fatalf("input %d %v: no gradient", i, c.shapes[i])
+		}
+		ga := g.Float64s()
+		step := max(1, len(host[i])/24)
+		for j := 0; j < len(host[i]); j += step {
+			orig := host[i][j]
+			host[i][j] = orig + h
+			fp := eval(host)
+			host[i][j] = orig - h
+			fm := eval(host)
+			host[i][j] = orig
+			num := (fp - fm) / (2 * h)
+			diff := math.Abs(num - ga[j])
+			worst = math.Max(worst, diff/math.Max(1, math.Abs(num)))
+			if diff > 1e-6*math.Max(1, math.Abs(num)) {
+				t.Errorf("input %d %v element %d: analytic %.10g, numeric %.10g (diff %.3g)", i, c.shapes[i], j, ga[j], num, diff)
+			}
+		}
+	}
+	t.Logf("%s maxdiff %.2e", fmt.Sprint(c.shapes), worst)
+}

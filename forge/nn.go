@@ -1,0 +1,322 @@
+package forge
+
+import (
+	"math"
+	"slices"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// Shape letters: N rows, C channels, B batch, H heads, T time, D head
+// dimension, V vocabulary.
+
+// lastAxisRows returns t contiguous with its last axis as rows: (N, C).
+func lastAxisRows(t *Tensor) (*Tensor, int, int) {
+	t = t.Contiguous()
+	c := 1
+	if t.Dim() > 0 {
+		c = t.shape[t.Dim()-1]
+	}
+	return t, t.Numel() / max(c, 1), c
+}
+
+// Softmax returns softmax over axis.
+func (t *Tensor) Softmax(axis int) *Tensor { return t.softmax("softmax", axis, false) }
+
+// LogSoftmax returns log(softmax) over axis, computed stably.
+func (t *Tensor) LogSoftmax(axis int) *Tensor { return t.softmax("log_softmax", axis, true) }
+
+func (t *Tensor) softmax(op string, axis int, log bool) *Tensor {
+	sameFloat(op, t)
+	a := t.axis(op, axis)
+	if last := t.Dim() - 1; a != last {
+		return t.Transpose(a, last).softmax(op, last, log).Transpose(a, last)
+	}
+	x, _, _ := lastAxisRows(t)
+	y := newTensor(t.dev, t.dtype, t.shape)
+	launch(t.dev, kcall{name: op, dt: t.dtype, shapes: shapesOf(x, y), bytes: bytesOf(x, y), flops: 4 * int64(x.Numel())},
+		func(b backend.Backend) { b.Softmax(y.bv(), x.bv(), log) })
+	return record(y, op, []*Tensor{x}, func(g *Tensor) []*Tensor {
+		g = g.Contiguous()
+		dx := newTensor(g.dev, g.dtype, g.shape)
+		launch(g.dev, kcall{name: op + ".backward", dt: g.dtype, shapes: shapesOf(y, g, dx), bytes: bytesOf(y, g, dx), flops: 4 * int64(g.Numel())},
+			func(b backend.Backend) { b.SoftmaxBackward(dx.bv(), y.bv(), g.bv(), log) })
+		return []*Tensor{dx}
+	})
+}
+
+// checkNormWeight panics unless w is nil or a 1-D tensor of length c.
+func checkNormWeight(op, what string, x, w *Tensor, c int) {
+	if w == nil {
+		return
+	}
+	if w.Dim() != 1 || w.shape[0] != c {
+		panic(errorf(op, "%s must have shape [%d] to match input %v, got %v", what, c, x.shape, w.shape))
+	}
+	sameFloat(op, x, w)
+}
+
+// optView returns t's backend view, or a view with a nil buffer for nil.
+func optView(t *Tensor) backend.View {
+	if t == nil {
+		return backend.View{}
+	}
+	return t.Contiguous().bv()
+}
+
+// LayerNorm normalises over the last axis: (x−mean)/√(var+eps)·w + b, with
+// the biased variance. w and b (shape [C]) may be nil.
+func LayerNorm(x, w, b *Tensor, eps float64) *Tensor {
+	sameFloat("layer_norm", x)
+	if x.Dim() == 0 {
+		panic(errorf("layer_norm", "needs at least one axis, got a scalar"))
+	}
+	xr, n, c := lastAxisRows(x)
+	checkNormWeight("layer_norm", "weight", x, w, c)
+	checkNormWeight("layer_norm", "bias", x, b, c)
+	if w != nil {
+		w = w.Contiguous()
+	}
+	if b != nil {
+		b = b.Contiguous()
+	}
+	y := newTensor(x.dev, x.dtype, x.shape)
+	mean := newTensor(x.dev, x.dtype, []int{n})
+	rstd := newTensor(x.dev, x.dtype, []int{n})
+	launch(x.dev, kcall{name: "layer_norm", dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 8 * int64(xr.Numel())},
+		func(be backend.Backend) { be.LayerNorm(y.bv(), mean.bv(), rstd.bv(), xr.bv(), optView(w), optView(b), eps) })
+	return record(y, "layer_norm", []*Tensor{xr, w, b}, func(g *Tensor) []*Tensor {
+		g = g.Contiguous()
+		dx := newTensor(g.dev, g.dtype, g.shape)
+		var dw, db *Tensor
+		if w != nil && w.requiresGrad {
+			dw = newTensor(g.dev, g.dtype, w.shape)
+		}
+		if b != nil && b.requiresGrad {
+			db = newTensor(g.dev, g.dtype, b.shape)
+		}
+		launch(g.dev, kcall{name: "layer_norm.backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 10 * int64(g.Numel())},
+			func(be backend.Backend) {
+				be.LayerNormBackward(dx.bv(), optView(dw), optView(db), g.bv(), xr.bv(), optView(w), mean.bv(), rstd.bv())
+			})
+		return []*Tensor{dx, dw, db}
+	})
+}
+
+// RMSNorm normalises over the last axis: x/√(mean(x²)+eps)·w; w (shape
+// [C]) may be nil.
+func RMSNorm(x, w *Tensor, eps float64) *Tensor {
+	sameFloat("rms_norm", x)
+	if x.Dim() == 0 {
+		panic(errorf("rms_norm", "needs at least one axis, got a scalar"))
+	}
+	xr, n, c := lastAxisRows(x)
+	checkNormWeight("rms_norm", "weight", x, w, c)
+	if w != nil {
+		w = w.Contiguous()
+	}
+	y := newTensor(x.dev, x.dtype, x.shape)
+	rstd := newTensor(x.dev, x.dtype, []int{n})
+	launch(x.dev, kcall{name: "rms_norm", dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 4 * int64(xr.Numel())},
+		func(be backend.Backend) { be.RMSNorm(y.bv(), rstd.bv(), xr.bv(), optView(w), eps) })
+	return record(y, "rms_norm", []*Tensor{xr, w}, func(g *Tensor) []*Tensor {
+		g = g.Contiguous()
+		dx := newTensor(g.dev, g.dtype, g.shape)
+		var dw *Tensor
+		if w != nil && w.requiresGrad {
+			dw = newTensor(g.dev, g.dtype, w.shape)
+		}
+		launch(g.dev, kcall{name: "rms_norm.backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 8 * int64(g.Numel())},
+			func(be backend.Backend) { be.RMSNormBackward(dx.bv(), optView(dw), g.bv(), xr.bv(), optView(w), rstd.bv()) })
+		return []*Tensor{dx, dw}
+	})
+}
+
+// Embedding looks up rows of table (V, C) for int32 ids of any shape,
+// giving shape (ids…, C). The gradient is summed into the table
+// deterministically.
+func Embedding(ids, table *Tensor) *Tensor {
+	if table.Dim() != 2 {
+		panic(errorf("embedding", "table must be 2-D (V, C), got %v", table.shape))
+	}
+	if ids.dtype != Int32 {
+		panic(errorf("embedding", "ids must be int32, got %v %v", ids.dtype, ids.shape))
+	}
+	out := table.IndexSelect(0, ids.Reshape(-1))
+	return out.Reshape(append(shapeOf(ids.shape), table.shape[1])...)
+}
+
+// RoPE applies rotary position embeddings to x (…, T, D), D even:
+// interleaved pairs (x[2k], x[2k+1]) of position pos0+t rotate by angle
+// (pos0+t)·θ^(−2k/D) with θ = 10000 (GPT-J convention). pos0 is the
+// position of the first row, for KV-cached decoding.
+func RoPE(x *Tensor, pos0 int) *Tensor { return RoPETheta(x, pos0, 10000) }
+
+// RoPETheta is RoPE with base θ.
+func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
+	sameFloat("rope", x)
+	if x.Dim() < 2 || x.shape[x.Dim()-1]%2 != 0 {
+		panic(errorf("rope", "input must be (…, T, D) with D even, got %v", x.shape))
+	}
+	if pos0 < 0 {
+		panic(errorf("rope", "position offset must be non-negative, got %d", pos0))
+	}
+	xc := x.Contiguous()
+	t, d := x.shape[x.Dim()-2], x.shape[x.Dim()-1]
+	n := x.Numel() / max(t*d, 1)
+	rope := func(src *Tensor, inverse bool) *Tensor {
+		y := newTensor(src.dev, src.dtype, src.shape)
+		name := "rope"
+		if inverse {
+			name = "rope.backward"
+		}
+		launch(src.dev, kcall{name: name, dt: src.dtype, shapes: shapesOf(src, y), bytes: bytesOf(src, y), flops: 6 * int64(src.Numel())},
+			func(be backend.Backend) {
+				be.RoPE(y.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), 0).bv(),
+					src.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), src.offset).bv(), pos0, theta, inverse)
+			})
+		return y
+	}
+	y := rope(xc, false)
+	return record(y, "rope", []*Tensor{xc}, func(g *Tensor) []*Tensor { return []*Tensor{rope(g.Contiguous(), true)} })
+}
+
+// Attention is fused scaled-dot-product attention softmax(q·kᵀ·scale)·v
+// with scale 1/√D, causal or not. q is (B, H, Tq, D); k and v are
+// (B, Hkv, Tk, D) with H a multiple of Hkv (grouped-query attention: query
+// head h reads key/value head h/(H/Hkv)). With causal, query i sits at
+// position Tk−Tq+i and sees keys up to it (Tq < Tk is a KV-cached decode).
+//
+// The forward keeps only the output and the row log-sum-exp (B, H, Tq);
+// the backward recomputes the probabilities from them (FlashAttention-2),
+// so no (B, H, Tq, Tk) tensor is ever stored.
+func Attention(q, k, v *Tensor, causal bool) *Tensor {
+	if q.Dim() != 4 {
+		panic(errorf("attention", "q must be (B, H, Tq, D), got %v", q.shape))
+	}
+	return AttentionScaled(q, k, v, causal, 1/math.Sqrt(float64(q.shape[3])))
+}
+
+// AttentionScaled is Attention with an explicit scale.
+func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
+	sameFloat("attention", q, k, v)
+	if q.Dim() != 4 || k.Dim() != 4 || v.Dim() != 4 {
+		panic(errorf("attention", "q, k, v must be 4-D (B, H, T, D), got %v, %v, %v", q.shape, k.shape, v.shape))
+	}
+	b, h, tq, d := q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+	hkv, tk := k.shape[1], k.shape[2]
+	if !equalShape(k.shape, v.shape) || k.shape[0] != b || k.shape[3] != d {
+		panic(errorf("attention", "k and v must be (B, Hkv, Tk, D) matching q %v, got k %v, v %v", q.shape, k.shape, v.shape))
+	}
+	if hkv == 0 || h%hkv != 0 {
+		panic(errorf("attention", "query heads %d must be a multiple of key/value heads %d (q %v, k %v)", h, hkv, q.shape, k.shape))
+	}
+	if causal && tq > tk {
+		panic(errorf("attention", "causal attention needs Tq ≤ Tk, got q %v, k %v", q.shape, k.shape))
+	}
+	q, k, v = q.Contiguous(), k.Contiguous(), v.Contiguous()
+	p := backend.AttentionParams{Scale: scale, Causal: causal}
+	out := newTensor(q.dev, q.dtype, q.shape)
+	lse := newTensor(q.dev, q.dtype, []int{b, h, tq})
+	flops := 4 * int64(b*h) * int64(tq) * int64(tk) * int64(d)
+	if causal {
+		flops /= 2
+	}
+	launch(q.dev, kcall{name: "attention", dt: q.dtype, shapes: shapesOf(q, k, v, out), bytes: bytesOf(q, k, v, out, lse), flops: flops},
+		func(be backend.Backend) { be.Attention(out.bv(), lse.bv(), q.bv(), k.bv(), v.bv(), p) })
+	return record(out, "attention", []*Tensor{q, k, v}, func(g *Tensor) []*Tensor {
+		g = g.Contiguous()
+		dq := newTensor(g.dev, g.dtype, q.shape)
+		dk := newTensor(g.dev, g.dtype, k.shape)
+		dv := newTensor(g.dev, g.dtype, v.shape)
+		launch(g.dev, kcall{name: "attention.backward", dt: g.dtype, shapes: shapesOf(q, k, v, g), bytes: bytesOf(q, k, v, out, lse, g, dq, dk, dv), flops: flops * 5 / 2},
+			func(be backend.Backend) {
+				be.AttentionBackward(dq.bv(), dk.bv(), dv.bv(), q.bv(), k.bv(), v.bv(), out.bv(), lse.bv(), g.bv(), p)
+			})
+		return []*Tensor{dq, dk, dv}
+	})
+}
+
+// CrossEntropy returns the mean over non-ignored rows of
+// −log softmax(logits)[target]: logits (…, V), targets int32 (…). Rows whose
+// target equals ignoreIndex count neither in the sum nor in the mean (all
+// rows ignored gives NaN, as in PyTorch). The softmax is never stored: the
+// backward recomputes it from the saved row log-sum-exp.
+func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
+	sameFloat("cross_entropy", logits)
+	if logits.Dim() < 1 || targets.dtype != Int32 || !equalShape(targets.shape, logits.shape[:logits.Dim()-1]) {
+		panic(errorf("cross_entropy", "needs logits (…, V) and int32 targets (…): got logits %v %v, targets %v %v",
+			logits.dtype, logits.shape, targets.dtype, targets.shape))
+	}
+	sameDevice("cross_entropy", logits, targets)
+	x, n, vocab := lastAxisRows(logits)
+	tg := targets.Contiguous()
+	count := 0
+	for i, id := range tg.int32s() {
+		if int(id) == ignoreIndex {
+			continue
+		}
+		if id < 0 || int(id) >= vocab {
+			panic(errorf("cross_entropy", "target %d at position %d out of range [0, %d) (logits %v)", id, i, vocab, logits.shape))
+		}
+		count++
+	}
+	rowLoss := newTensor(x.dev, x.dtype, []int{n})
+	lse := newTensor(x.dev, x.dtype, []int{n})
+	x2 := x.view([]int{n, vocab}, []int{vocab, 1}, x.offset)
+	tg1 := tg.view([]int{n}, []int{1}, tg.offset)
+	launch(x.dev, kcall{name: "cross_entropy", dt: x.dtype, shapes: shapesOf(x2, tg1), bytes: bytesOf(x2, tg1, rowLoss, lse), flops: 3 * int64(x.Numel())},
+		func(be backend.Backend) { be.CrossEntropy(rowLoss.bv(), lse.bv(), x2.bv(), tg1.bv(), ignoreIndex) })
+	var loss *Tensor
+	NoGrad(func() { loss = rowLoss.Sum().MulScalar(1 / float64(count)) })
+	return record(loss, "cross_entropy", []*Tensor{x}, func(g *Tensor) []*Tensor {
+		scale := g.Item() / float64(count)
+		dx := newTensor(g.dev, g.dtype, x.shape)
+		dx2 := dx.view([]int{n, vocab}, []int{vocab, 1}, 0)
+		launch(g.dev, kcall{name: "cross_entropy.backward", dt: g.dtype, shapes: shapesOf(x2, tg1, dx2), bytes: bytesOf(x2, tg1, lse, dx2), flops: 3 * int64(x.Numel())},
+			func(be backend.Backend) {
+				be.CrossEntropyBackward(dx2.bv(), x2.bv(), lse.bv(), tg1.bv(), ignoreIndex, scale)
+			})
+		return []*Tensor{dx}
+	})
+}
+
+// Dropout zeroes each element with probability p and scales the rest by
+// 1/(1−p), using gen (the default generator if nil). The mask is drawn on
+// the host, so a seed gives the same mask on every backend. p = 0 returns x.
+func Dropout(x *Tensor, p float64, gen *Generator) *Tensor {
+	sameFloat("dropout", x)
+	if p < 0 || p >= 1 || math.IsNaN(p) {
+		panic(errorf("dropout", "probability must be in [0, 1), got %v", p))
+	}
+	if p == 0 {
+		return x
+	}
+	if gen == nil {
+		gen = defaultGen
+	}
+	keep := 1 / (1 - p)
+	m := make([]float64, x.Numel())
+	for i := range m {
+		if gen.Float64() >= p {
+			m[i] = keep
+		}
+	}
+	mask := fromFloat64s("dropout", x.dtype, m, x.shape)
+	if mask.dev != x.dev {
+		mask = mask.To(x.dev)
+	}
+	return x.Mul(mask)
+}
+
+// int32s synchronises and returns the values of a contiguous int32 tensor.
+func (t *Tensor) int32s() []int32 {
+	v := make([]int32, t.Numel())
+	if t.offset == 0 {
+		t.dev.b.Read(t.buf, v)
+		return v
+	}
+	all := make([]int32, t.offset+len(v))
+	t.dev.b.Read(t.buf, all)
+	return slices.Clone(all[t.offset:])
+}

@@ -1,0 +1,249 @@
+package forge
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+	"slices"
+	"sync"
+
+	"github.com/forgeml/forge/forge/backend"
+	_ "github.com/forgeml/forge/forge/cpu" // the CPU backend is always available
+)
+
+// DType is a tensor's element type.
+type DType = backend.DType
+
+// The dtypes.
+const (
+	Float32 = backend.Float32
+	Float64 = backend.Float64
+	Int32   = backend.Int32
+)
+
+// Device is a backend that tensors live on.
+type Device struct {
+	name string
+	b    backend.Backend
+}
+
+// Name returns the backend's registry name ("cpu", "metal", …).
+func (d *Device) Name() string { return d.name }
+
+// Backend returns the device's backend.
+func (d *Device) Backend() backend.Backend { return d.b }
+
+// String returns the device name.
+func (d *Device) String() string { return d.name }
+
+// Sync waits until every queued kernel on the device has finished.
+func (d *Device) Sync() { d.b.Sync() }
+
+var (
+	devMu      sync.Mutex
+	devices    = map[string]*Device{}
+	defaultDev *Device
+)
+
+// OpenDevice returns the device of the named backend ("cpu", "metal", …).
+func OpenDevice(name string) (*Device, error) {
+	devMu.Lock()
+	defer devMu.Unlock()
+	if d, ok := devices[name]; ok {
+		return d, nil
+	}
+	b, err := backend.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("forge: %w", err)
+	}
+	d := &Device{name: name, b: b}
+	devices[name] = d
+	return d, nil
+}
+
+// DefaultDevice returns the device new tensors are created on: the backend
+// named by the FORGE_BACKEND environment variable, or "cpu". It panics if
+// FORGE_BACKEND names a backend that cannot be opened.
+func DefaultDevice() *Device {
+	devMu.Lock()
+	d := defaultDev
+	devMu.Unlock()
+	if d != nil {
+		return d
+	}
+	name := os.Getenv("FORGE_BACKEND")
+	if name == "" {
+		name = "cpu"
+	}
+	d, err := OpenDevice(name)
+	if err != nil {
+		panic(&Error{Op: "device", Msg: fmt.Sprintf("FORGE_BACKEND=%s: %v", name, err)})
+	}
+	devMu.Lock()
+	if defaultDev == nil {
+		defaultDev = d
+	}
+	d = defaultDev
+	devMu.Unlock()
+	return d
+}
+
+// SetDefaultDevice makes d the device new tensors are created on.
+func SetDefaultDevice(d *Device) {
+	devMu.Lock()
+	defaultDev = d
+	devMu.Unlock()
+}
+
+// Tensor is an n-dimensional array on a device, optionally part of an
+// autograd graph. Tensors are immutable from the outside except for their
+// gradient and name: ops return new tensors, which may share memory with
+// their input (views).
+type Tensor struct {
+	shape   []int
+	strides []int // in elements
+	offset  int
+	dtype   DType
+	dev     *Device
+	buf     backend.Buffer
+
+	name         string
+	requiresGrad bool
+	grad         *Tensor // accumulated gradient of a leaf
+	node         *node   // the op that made this tensor; nil for leaves
+}
+
+// newTensor allocates a contiguous tensor on dev.
+func newTensor(dev *Device, dt DType, shape []int) *Tensor {
+	shape = slices.Clone(shape)
+	n := numel(shape)
+	return &Tensor{
+		shape:   shape,
+		strides: backend.ContiguousStrides(shape),
+		dtype:   dt,
+		dev:     dev,
+		buf:     dev.b.Alloc(dt, n),
+	}
+}
+
+// view returns a tensor sharing t's buffer with a new shape, strides and
+// offset (no graph edge).
+func (t *Tensor) view(shape, strides []int, offset int) *Tensor {
+	return &Tensor{shape: shape, strides: strides, offset: offset, dtype: t.dtype, dev: t.dev, buf: t.buf}
+}
+
+// bv is the backend view of t.
+func (t *Tensor) bv() backend.View {
+	return backend.View{Buf: t.buf, Offset: t.offset, Shape: t.shape, Strides: t.strides}
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// Shape returns a copy of the tensor's shape.
+func (t *Tensor) Shape() []int { return slices.Clone(t.shape) }
+
+// Dim returns the number of dimensions.
+func (t *Tensor) Dim() int { return len(t.shape) }
+
+// Size returns the length of axis (negative counts from the end).
+func (t *Tensor) Size(axis int) int { return t.shape[t.axis("size", axis)] }
+
+// Strides returns a copy of the tensor's strides, in elements.
+func (t *Tensor) Strides() []int { return slices.Clone(t.strides) }
+
+// Numel returns the number of elements.
+func (t *Tensor) Numel() int { return numel(t.shape) }
+
+// DType returns the element type.
+func (t *Tensor) DType() DType { return t.dtype }
+
+// Device returns the device the tensor lives on.
+func (t *Tensor) Device() *Device { return t.dev }
+
+// Name returns the tensor's name ("" unless set, e.g. for parameters).
+func (t *Tensor) Name() string { return t.name }
+
+// SetName names the tensor and returns it.
+func (t *Tensor) SetName(name string) *Tensor { t.name = name; return t }
+
+// IsContiguous reports whether the tensor is row-major without gaps.
+func (t *Tensor) IsContiguous() bool { return t.bv().IsContiguous() }
+
+// IsLeaf reports whether the tensor was created by the user rather than by
+// an op that recorded a graph.
+func (t *Tensor) IsLeaf() bool { return t.node == nil }
+
+// axis normalises a possibly negative axis, panicking if out of range.
+func (t *Tensor) axis(op string, a int) int {
+	n := len(t.shape)
+	if a < -n || a >= n || (n == 0 && a != 0) {
+		panic(errorf(op, "axis %d out of range for shape %v", a, t.shape))
+	}
+	if a < 0 {
+		a += n
+	}
+	return a
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+
+// Error is the panic value of misused ops; Try returns it as an error.
+type Error struct {
+	Op  string // the op, e.g. "matmul"
+	Msg string // what went wrong, naming the shapes
+}
+
+func (e *Error) Error() string { return "forge: " + e.Op + ": " + e.Msg }
+
+func errorf(op, format string, args ...any) *Error {
+	return &Error{Op: op, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Try runs fn and returns the *Error it panics with, if any. Any other
+// panic is returned as an error that carries the panic value and stack, so
+// a session survives bugs too.
+func Try(fn func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			switch e := r.(type) {
+			case *Error:
+				err = e
+			case error:
+				err = fmt.Errorf("forge: panic: %w\n%s", e, debug.Stack())
+			default:
+				err = fmt.Errorf("forge: panic: %v\n%s", r, debug.Stack())
+			}
+		}
+	}()
+	fn()
+	return nil
+}
+
+// sameDevice panics unless every tensor is on the first one's device.
+func sameDevice(op string, ts ...*Tensor) {
+	for _, u := range ts[1:] {
+		if u.dev != ts[0].dev {
+			panic(errorf(op, "tensors on different devices: %s and %s; move one with To", ts[0].dev.name, u.dev.name))
+		}
+	}
+}
+
+// sameFloat panics unless every tensor is a float of the first one's dtype.
+func sameFloat(op string, ts ...*Tensor) {
+	for _, u := range ts {
+		if !u.dtype.IsFloat() {
+			panic(errorf(op, "needs float tensors, got %v %v; convert with Cast(forge.Float32)", u.dtype, u.shape))
+		}
+		if u.dtype != ts[0].dtype {
+			panic(errorf(op, "dtypes differ: %v %v and %v %v; convert one with Cast", ts[0].dtype, ts[0].shape, u.dtype, u.shape))
+		}
+	}
+	sameDevice(op, ts...)
+}
