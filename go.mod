@@ -3,6 +3,6 @@ module github.com/forgeml/forge
 go 1.25.0
 
 require (
-	github.com/ebitengine/purego v0.11.3 // indirect
-	pgregory.net/rapid v1.3.0 // indirect
+	github.com/ebitengine/purego v0.11.3
+	pgregory.net/rapid v1.3.0
 )

@@ -44,7 +44,7 @@ func (t *Tensor) RequiresGrad() *Tensor {
 		panic(errorf("requires_grad", "only leaf tensors can be marked; %v was made by %s (use Detach first)", t.shape, t.node.op))
 	}
 	if !t.dtype.IsFloat() {
-		panic(errorf("requires_grad", "only float tensors can require gradients, got %v", t.dtype))
+		panic(errorf("requires_grad", "only float tensors can require gradients, got %v %v", t.dtype, t.shape))
 	}
 	t.requiresGrad = true
 	return t
@@ -70,10 +70,16 @@ func (t *Tensor) Grad() *Tensor { return t.grad }
 
 // SetGrad replaces the accumulated gradient (nil clears it).
 func (t *Tensor) SetGrad(g *Tensor) {
-	if g != nil && !equalShape(g.shape, t.shape) {
+	if g == nil {
+		t.grad = nil
+		return
+	}
+	if !equalShape(g.shape, t.shape) {
 		panic(errorf("set_grad", "gradient shape %v differs from tensor shape %v", g.shape, t.shape))
 	}
-	t.grad = g
+	sameFloat("set_grad", t, g)
+	// Own the memory: Backward accumulates into it in place.
+	t.grad = g.contiguousCopy()
 }
 
 // ZeroGrad clears the accumulated gradient.

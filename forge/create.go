@@ -16,9 +16,17 @@ func checkShape(op string, shape []int) {
 	}
 }
 
+// checkDType panics unless dt is a known dtype.
+func checkDType(op string, dt DType, shape []int) {
+	if dt != Float32 && dt != Float64 && dt != Int32 {
+		panic(errorf(op, "unknown dtype %v for shape %v; use forge.Float32, Float64 or Int32", dt, shape))
+	}
+}
+
 // fullOn returns a tensor of shape filled with v on dev.
 func fullOn(dev *Device, dt DType, shape []int, v float64) *Tensor {
 	checkShape("full", shape)
+	checkDType("full", dt, shape)
 	t := newTensor(dev, dt, shape)
 	launch(dev, kcall{name: "fill", dt: dt, shapes: shapesOf(t), bytes: bytesOf(t)},
 		func(b backend.Backend) { b.Fill(t.bv(), v) })
@@ -99,10 +107,14 @@ func Arange(start, stop, step float64) *Tensor {
 	if step == 0 || math.IsNaN(step) || math.IsInf(step, 0) {
 		panic(errorf("arange", "step must be finite and non-zero, got %v", step))
 	}
-	n := int(math.Ceil((stop - start) / step))
-	if n < 0 {
-		n = 0
+	if math.IsNaN(start) || math.IsInf(start, 0) || math.IsNaN(stop) || math.IsInf(stop, 0) {
+		panic(errorf("arange", "bounds must be finite, got [%v, %v)", start, stop))
 	}
+	count := math.Ceil((stop - start) / step)
+	if count > 1<<31 {
+		panic(errorf("arange", "[%v, %v) with step %v has %.3g elements, more than a tensor holds", start, stop, step, count))
+	}
+	n := max(int(count), 0)
 	v := make([]float32, n)
 	for i := range v {
 		v[i] = float32(start + float64(i)*step)
@@ -112,6 +124,9 @@ func Arange(start, stop, step float64) *Tensor {
 
 // ArangeInt returns the int32 values 0, 1, …, n−1.
 func ArangeInt(n int) *Tensor {
+	if n < 0 || n > math.MaxInt32 {
+		panic(errorf("arange", "length must be in [0, 2³¹), got %d", n))
+	}
 	v := make([]int32, n)
 	for i := range v {
 		v[i] = int32(i)
@@ -128,7 +143,8 @@ func (t *Tensor) To(d *Device) *Tensor {
 	c := t.contiguousCopy()
 	host := hostSlice(c.dtype, c.Numel())
 	c.dev.b.Read(c.buf, host)
-	out := fromSliceOn(d, host, c.shape)
+	out := newTensor(d, c.dtype, c.shape)
+	d.b.Write(out.buf, host)
 	src := t.dev
 	return record(out, "to", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.To(src)} })
 }
@@ -139,6 +155,7 @@ func (t *Tensor) Cast(dt DType) *Tensor {
 	if t.dtype == dt {
 		return t
 	}
+	checkDType("cast", dt, t.shape)
 	out := newTensor(t.dev, dt, t.shape)
 	launch(t.dev, kcall{name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
 		func(b backend.Backend) { b.Copy(out.bv(), t.bv()) })
@@ -179,8 +196,8 @@ func shapeOf(s []int) []int { return slices.Clone(s) }
 // CopyFrom writes src's values (broadcast to t's shape, converted to t's
 // dtype) into t's memory, in place, and returns t. Views of t see the new
 // values. In-place writes are not recorded by autograd: call it inside
-// NoGrad (as an optimizer does) on a tensor that requires a gradient. src
-// must not overlap t's memory.
+// NoGrad (as an optimizer does) on a tensor that requires a gradient. A
+// source sharing t's memory is copied first.
 func (t *Tensor) CopyFrom(src *Tensor) *Tensor {
 	sameDevice("copy_from", t, src)
 	shape := broadcastShapes("copy_from", src.shape, t.shape)
@@ -189,6 +206,9 @@ func (t *Tensor) CopyFrom(src *Tensor) *Tensor {
 	}
 	if t.requiresGrad && GradEnabled() {
 		panic(errorf("copy_from", "in-place write to %v, which requires a gradient, while recording; wrap it in forge.NoGrad", t.shape))
+	}
+	if src.buf == t.buf {
+		src = src.contiguousCopy() // the source overlaps: read it before writing
 	}
 	copyInto(t, src.broadcastView(t.shape))
 	return t

@@ -84,10 +84,14 @@ func (t *Tensor) Clamp(lo, hi float64) *Tensor {
 }
 
 // AddScalar returns t + s.
-func (t *Tensor) AddScalar(s float64) *Tensor { return t.unary(backend.Affine, backend.Scalars{A: 1, B: s}) }
+func (t *Tensor) AddScalar(s float64) *Tensor {
+	return t.unary(backend.Affine, backend.Scalars{A: 1, B: s})
+}
 
 // SubScalar returns t − s.
-func (t *Tensor) SubScalar(s float64) *Tensor { return t.unary(backend.Affine, backend.Scalars{A: 1, B: -s}) }
+func (t *Tensor) SubScalar(s float64) *Tensor {
+	return t.unary(backend.Affine, backend.Scalars{A: 1, B: -s})
+}
 
 // MulScalar returns t·s.
 func (t *Tensor) MulScalar(s float64) *Tensor { return t.unary(backend.Affine, backend.Scalars{A: s}) }
@@ -98,13 +102,19 @@ func (t *Tensor) DivScalar(s float64) *Tensor {
 }
 
 // RSubScalar returns s − t.
-func (t *Tensor) RSubScalar(s float64) *Tensor { return t.unary(backend.Affine, backend.Scalars{A: -1, B: s}) }
+func (t *Tensor) RSubScalar(s float64) *Tensor {
+	return t.unary(backend.Affine, backend.Scalars{A: -1, B: s})
+}
 
 // RDivScalar returns s/t.
-func (t *Tensor) RDivScalar(s float64) *Tensor { return t.unary(backend.RDivScalar, backend.Scalars{A: s}) }
+func (t *Tensor) RDivScalar(s float64) *Tensor {
+	return t.unary(backend.RDivScalar, backend.Scalars{A: s})
+}
 
 // RPowScalar returns sᵗ.
-func (t *Tensor) RPowScalar(s float64) *Tensor { return t.unary(backend.RPowScalar, backend.Scalars{A: s}) }
+func (t *Tensor) RPowScalar(s float64) *Tensor {
+	return t.unary(backend.RPowScalar, backend.Scalars{A: s})
+}
 
 // ---------------------------------------------------------------------------
 // Binary ops with numpy broadcasting
@@ -318,6 +328,8 @@ func Where(cond, a, b *Tensor) *Tensor {
 // MaskedFill returns t with v wherever mask is non-zero (mask broadcasts
 // to t's shape).
 func (t *Tensor) MaskedFill(mask *Tensor, v float64) *Tensor {
+	sameFloat("masked_fill", t)
+	sameDevice("masked_fill", t, mask)
 	shape := broadcastShapes("masked_fill", mask.shape, t.shape)
 	if !equalShape(shape, t.shape) {
 		panic(errorf("masked_fill", "mask %v does not broadcast to the tensor's shape %v", mask.shape, t.shape))

@@ -29,7 +29,10 @@ func (t *Tensor) MatMul(u *Tensor) *Tensor {
 		return out.Reshape(append(lead, n)...)
 	}
 	a, b := matOperand(t), matOperand(u)
-	batch := broadcastShapes("matmul", a.shape[:a.Dim()-2], b.shape[:b.Dim()-2])
+	var batch []int
+	if err := Try(func() { batch = broadcastShapes("matmul", a.shape[:a.Dim()-2], b.shape[:b.Dim()-2]) }); err != nil {
+		panic(errorf("matmul", "batch dimensions do not broadcast: %v @ %v", t.shape, u.shape))
+	}
 	outShape := append(slices.Clone(batch), m, n)
 	av := a.broadcastView(append(slices.Clone(batch), m, k))
 	bv := b.broadcastView(append(slices.Clone(batch), k, n))

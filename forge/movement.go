@@ -84,10 +84,24 @@ func (t *Tensor) Unsqueeze(axis int) *Tensor {
 		axis += n + 1
 	}
 	if axis < 0 || axis > n {
-		panic(errorf("unsqueeze", "axis out of range for shape %v", t.shape))
+		panic(errorf("unsqueeze", "axis %d out of range [%d, %d] for shape %v", axis, -n-1, n, t.shape))
 	}
 	shape := slices.Insert(slices.Clone(t.shape), axis, 1)
-	return t.Reshape(shape...)
+	stride := 1
+	if axis < n {
+		stride = t.strides[axis] * t.shape[axis]
+	}
+	strides := slices.Insert(slices.Clone(t.strides), axis, stride)
+	return t.restride("unsqueeze", shape, strides)
+}
+
+// restride returns a view of t with a new shape and strides holding the
+// same elements in the same order (dimensions of size 1 added or removed);
+// its gradient is reshaped back.
+func (t *Tensor) restride(op string, shape, strides []int) *Tensor {
+	out := t.view(shape, strides, t.offset)
+	in := shapeOf(t.shape)
+	return record(out, op, []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.Reshape(in...)} })
 }
 
 // Squeeze removes the given axes, which must have size 1; with no axes it
@@ -106,13 +120,17 @@ func (t *Tensor) Squeeze(axes ...int) *Tensor {
 		}
 		drop[a] = true
 	}
-	var shape []int
+	var shape, strides []int
 	for i, d := range t.shape {
 		if !drop[i] {
 			shape = append(shape, d)
+			strides = append(strides, t.strides[i])
 		}
 	}
-	return t.Reshape(shape...)
+	if len(shape) == len(t.shape) {
+		return t
+	}
+	return t.restride("squeeze", shape, strides)
 }
 
 // Permute reorders the axes: output axis i is input axis perm[i]. No copy.
@@ -123,12 +141,14 @@ func (t *Tensor) Permute(perm ...int) *Tensor {
 	}
 	seen := make([]bool, n)
 	shape, strides := make([]int, n), make([]int, n)
+	given := perm
+	perm = slices.Clone(perm)
 	for i, p := range perm {
 		if p < 0 {
 			p += n
 		}
 		if p < 0 || p >= n || seen[p] {
-			panic(errorf("permute", "%v is not a permutation of %d axes", perm, n))
+			panic(errorf("permute", "%v is not a permutation of the %d axes of %v", given, n, t.shape))
 		}
 		seen[p] = true
 		shape[i], strides[i] = t.shape[p], t.strides[p]
@@ -180,6 +200,9 @@ func (t *Tensor) Expand(shape ...int) *Tensor {
 		}
 		if shape[i] == -1 {
 			shape[i] = t.shape[j]
+		}
+		if shape[i] < 0 {
+			panic(errorf("expand", "invalid size %d in %v for tensor %v", shape[i], shape, t.shape))
 		}
 		switch {
 		case t.shape[j] == shape[i]:
@@ -300,6 +323,9 @@ func Concat(axis int, ts ...*Tensor) *Tensor {
 func Stack(axis int, ts ...*Tensor) *Tensor {
 	if len(ts) == 0 {
 		panic(errorf("stack", "no tensors"))
+	}
+	if n := ts[0].Dim(); axis < -n-1 || axis > n {
+		panic(errorf("stack", "axis %d out of range [%d, %d] for tensors of shape %v", axis, -n-1, n, ts[0].shape))
 	}
 	us := make([]*Tensor, len(ts))
 	for i, u := range ts {

@@ -84,7 +84,9 @@ func LayerNorm(x, w, b *Tensor, eps float64) *Tensor {
 	mean := newTensor(x.dev, x.dtype, []int{n})
 	rstd := newTensor(x.dev, x.dtype, []int{n})
 	launch(x.dev, kcall{name: "layer_norm", dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 8 * int64(xr.Numel())},
-		func(be backend.Backend) { be.LayerNorm(y.bv(), mean.bv(), rstd.bv(), xr.bv(), optView(w), optView(b), eps) })
+		func(be backend.Backend) {
+			be.LayerNorm(y.bv(), mean.bv(), rstd.bv(), xr.bv(), optView(w), optView(b), eps)
+		})
 	return record(y, "layer_norm", []*Tensor{xr, w, b}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
 		dx := newTensor(g.dev, g.dtype, g.shape)
@@ -127,7 +129,9 @@ func RMSNorm(x, w *Tensor, eps float64) *Tensor {
 			dw = newTensor(g.dev, g.dtype, w.shape)
 		}
 		launch(g.dev, kcall{name: "rms_norm.backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 8 * int64(g.Numel())},
-			func(be backend.Backend) { be.RMSNormBackward(dx.bv(), optView(dw), g.bv(), xr.bv(), optView(w), rstd.bv()) })
+			func(be backend.Backend) {
+				be.RMSNormBackward(dx.bv(), optView(dw), g.bv(), xr.bv(), optView(w), rstd.bv())
+			})
 		return []*Tensor{dx, dw}
 	})
 }
@@ -139,9 +143,8 @@ func Embedding(ids, table *Tensor) *Tensor {
 	if table.Dim() != 2 {
 		panic(errorf("embedding", "table must be 2-D (V, C), got %v", table.shape))
 	}
-	if ids.dtype != Int32 {
-		panic(errorf("embedding", "ids must be int32, got %v %v", ids.dtype, ids.shape))
-	}
+	sameDevice("embedding", table, ids)
+	checkIndices("embedding", ids, table.shape[0], table.shape)
 	out := table.IndexSelect(0, ids.Reshape(-1))
 	return out.Reshape(append(shapeOf(ids.shape), table.shape[1])...)
 }

@@ -21,7 +21,7 @@ func (t *Tensor) reduceAxes(op string, axes []int) []int {
 	}
 	slices.Sort(out)
 	if len(slices.Compact(slices.Clone(out))) != len(out) {
-		panic(errorf(op, "repeated axis in %v", axes))
+		panic(errorf(op, "repeated axis in %v for shape %v", axes, t.shape))
 	}
 	return out
 }
@@ -142,7 +142,7 @@ func (t *Tensor) extreme(op backend.ReduceOp, axes []int, keep bool) *Tensor {
 	}
 	in := shapeOf(t.shape)
 	return record(out, name, []*Tensor{t}, func(g *Tensor) []*Tensor {
-		mask := t.Eq(outK)                        // 1 at every extreme
+		mask := t.Eq(outK)                                         // 1 at every extreme
 		count := mask.reduceRaw(backend.ReduceSum, ax, mask.dtype) // ties per output
 		w := mask.Div(count.Reshape(kshape...))
 		return []*Tensor{g.Reshape(kshape...).Expand(in...).Mul(w)}

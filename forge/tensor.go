@@ -230,7 +230,8 @@ func Try(fn func()) (err error) {
 func sameDevice(op string, ts ...*Tensor) {
 	for _, u := range ts[1:] {
 		if u.dev != ts[0].dev {
-			panic(errorf(op, "tensors on different devices: %s and %s; move one with To", ts[0].dev.name, u.dev.name))
+			panic(errorf(op, "tensors on different devices: %v %v on %s and %v %v on %s; move one with To",
+				ts[0].dtype, ts[0].shape, ts[0].dev.name, u.dtype, u.shape, u.dev.name))
 		}
 	}
 }
