@@ -6,6 +6,20 @@ type node struct {
 	op       string
 	inputs   []*Tensor
 	backward func(g *Tensor) []*Tensor // one gradient (or nil) per input
+
+	// accumulate, if set, adds the gradient of the node's single input
+	// into acc in place instead of materialising it (a Narrow's gradient
+	// is zero outside its window). Backward uses it when the input already
+	// has an accumulator of its own.
+	accumulate func(acc, g *Tensor)
+}
+
+// gradEntry is a gradient being accumulated during Backward. owned means
+// the tensor was allocated by the accumulation itself and nothing else
+// refers to it, so later contributions may be added in place.
+type gradEntry struct {
+	t     *Tensor
+	owned bool
 }
 
 // gradDepth counts nested NoGrad calls; recording is on when it is 0.
@@ -121,18 +135,19 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 	}
 
 	order := topoSort(t)
-	grads := map[*Tensor]*Tensor{t: g}
+	grads := map[*Tensor]gradEntry{t: {t: g}}
 	prev := phase
 	phase = PhaseBackward
 	gradDepth++
 	defer func() { gradDepth--; phase = prev }()
 	for i := len(order) - 1; i >= 0; i-- {
 		u := order[i]
-		gu := grads[u]
+		e, ok := grads[u]
 		delete(grads, u)
-		if gu == nil {
+		if !ok {
 			continue
 		}
+		gu := e.t
 		if u.node == nil {
 			accumulateGrad(u, gu)
 			continue
@@ -141,19 +156,27 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 		if n.backward == nil {
 			panic(errorf("backward", "the graph through %s %v was already released by an earlier Backward", n.op, u.shape))
 		}
-		gins := n.backward(gu)
-		for j, in := range n.inputs {
-			if in == nil || !in.requiresGrad || gins[j] == nil {
-				continue
-			}
-			gi := gins[j]
-			if !equalShape(gi.shape, in.shape) {
-				panic(errorf("backward", "internal: %s produced gradient %v for input %v", n.op, gi.shape, in.shape))
-			}
-			if old, ok := grads[in]; ok {
-				grads[in] = old.Add(gi)
-			} else {
-				grads[in] = gi
+		if acc, ok := grads[n.inputs[0]]; ok && acc.owned && n.accumulate != nil {
+			n.accumulate(acc.t, gu)
+		} else {
+			gins := n.backward(gu)
+			for j, in := range n.inputs {
+				if in == nil || !in.requiresGrad || gins[j] == nil {
+					continue
+				}
+				gi := gins[j]
+				if !equalShape(gi.shape, in.shape) {
+					panic(errorf("backward", "internal: %s produced gradient %v for input %v", n.op, gi.shape, in.shape))
+				}
+				old, ok := grads[in]
+				switch {
+				case !ok:
+					grads[in] = gradEntry{t: gi, owned: n.accumulate != nil}
+				case old.owned:
+					addInto(old.t, gi)
+				default:
+					grads[in] = gradEntry{t: old.t.Add(gi), owned: true}
+				}
 			}
 		}
 		// Release what the graph saved: the rule's closure and the inputs.

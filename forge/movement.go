@@ -234,9 +234,16 @@ func (t *Tensor) Narrow(axis, start, length int) *Tensor {
 	shape[a] = length
 	out := t.view(shape, slices.Clone(t.strides), t.offset+start*t.strides[a])
 	in := shapeOf(t.shape)
-	return record(out, "narrow", []*Tensor{t}, func(g *Tensor) []*Tensor {
+	out = record(out, "narrow", []*Tensor{t}, func(g *Tensor) []*Tensor {
 		return []*Tensor{padInto(g, in, a, start)}
 	})
+	if out.node != nil {
+		// The window of the input's gradient: add g there, nothing else.
+		out.node.accumulate = func(acc, g *Tensor) {
+			addInto(acc.view(g.shape, acc.strides, acc.offset+start*acc.strides[a]), g)
+		}
+	}
+	return out
 }
 
 // padInto returns zeros of shape with g copied at [start, start+len) of axis.

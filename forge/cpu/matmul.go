@@ -1,0 +1,241 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// MatMul computes dst[b] = a[b] @ bm[b] (dst += … when accumulate) for
+// every batch index b: a (..., M, K), bm (..., K, N), dst (..., M, N) with
+// row-major last two dims. Each operand's matrix dims may be row-major
+// (strides (ld, 1)) or column-major (strides (1, ld)); the column-major
+// ones go to gemm as transposed with their leading dimension, never copied.
+// Batch dims broadcast with stride 0 (a missing leading batch dim counts as
+// broadcast too).
+//
+// Work is split over the backend's workers: whole products when there are
+// many batches, else row (or, for small M, column) blocks of each product,
+// every block one single-threaded gemm. With a BLAS that runs its own
+// threads (Accelerate) every product is one call from this goroutine.
+func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
+	dt := dst.DType()
+	if a.DType() != dt || bm.DType() != dt {
+		panic(fmt.Sprintf("cpu: matmul: dtypes differ: dst %v, a %v, b %v", dt, a.DType(), bm.DType()))
+	}
+	switch dt {
+	case backend.Float32:
+		matmul[float32](b, dst, a, bm, accumulate)
+	case backend.Float64:
+		matmul[float64](b, dst, a, bm, accumulate)
+	default:
+		panic(badDType("matmul", dt))
+	}
+}
+
+// matrixLayout returns how gemm reads the last two dims (rows, cols) of v:
+// trans is false for row-major (element (i, j) at i·ld + j) and true for
+// column-major (at j·ld + i). A dimension of size 1 may have any stride.
+func matrixLayout(name string, v backend.View) (trans bool, ld int) {
+	r := len(v.Shape)
+	rows, cols := v.Shape[r-2], v.Shape[r-1]
+	rs, cs := v.Strides[r-2], v.Strides[r-1]
+	switch {
+	case cs == 1 || cols == 1:
+		if rows == 1 {
+			return false, max(cols, 1)
+		}
+		return false, rs
+	case rs == 1 || rows == 1:
+		if cols == 1 {
+			return true, max(rows, 1)
+		}
+		return true, cs
+	}
+	panic(fmt.Sprintf("cpu: matmul: %s %v has strides %v: its last two dims must be row- or column-major",
+		name, v.Shape, v.Strides))
+}
+
+// matmulParallelFlops is the smallest total m·n·k worth more than one
+// goroutine (a fork/join costs a few µs).
+const matmulParallelFlops = 1 << 18
+
+// minSplit is the smallest block of rows (or columns) a worker is given;
+// large blocks are rounded to multiples of it so that they fill whole
+// micro-kernel tiles.
+const minSplit = 16
+
+func matmul[T Float](be *Backend, dst, a, bm backend.View, accumulate bool) {
+	r := len(dst.Shape)
+	if r < 2 || len(a.Shape) < 2 || len(bm.Shape) < 2 {
+		panic(fmt.Sprintf("cpu: matmul: operands need two dims: dst %v, a %v, b %v", dst.Shape, a.Shape, bm.Shape))
+	}
+	m, n := dst.Shape[r-2], dst.Shape[r-1]
+	k := a.Shape[len(a.Shape)-1]
+	if a.Shape[len(a.Shape)-2] != m || bm.Shape[len(bm.Shape)-2] != k || bm.Shape[len(bm.Shape)-1] != n {
+		panic(fmt.Sprintf("cpu: matmul: shapes do not chain: dst %v, a %v, b %v", dst.Shape, a.Shape, bm.Shape))
+	}
+	nb := 1
+	for _, d := range dst.Shape[:r-2] {
+		nb *= d
+	}
+	if m == 0 || n == 0 || nb == 0 {
+		return
+	}
+	if dst.Strides[r-1] != 1 && n != 1 {
+		panic(fmt.Sprintf("cpu: matmul: dst %v has strides %v: its rows must be contiguous", dst.Shape, dst.Strides))
+	}
+	ldc := dst.Strides[r-2]
+	if m == 1 {
+		ldc = n
+	}
+	transA, lda := matrixLayout("a", a)
+	transB, ldb := matrixLayout("b", bm)
+	var beta T
+	if accumulate {
+		beta = 1
+	}
+	offs := batchOffsets(dst, a, bm, nb)
+	cs, as, bs := floats[T](dst), floats[T](a), floats[T](bm)
+
+	// Decide the split: s parts per product, nb·s tasks over w workers.
+	w := be.workers
+	if lib := activeBLAS.Load(); lib != nil && lib.ownThreads {
+		w = 1
+	}
+	if nb*m*n*max(k, 1) < matmulParallelFlops {
+		w = 1
+	}
+	// Split the larger of M and N: every block re-reads (and gemm re-packs)
+	// the whole of the other operand, M·K elements for a column split, K·N
+	// for a row split, so the smaller one is the one to duplicate.
+	s, byRows := 1, n <= m
+	if w > 1 && nb%w != 0 && nb < 4*w {
+		switch {
+		case byRows && m >= w*minSplit, !byRows && n >= w*minSplit:
+			s = w
+		case m >= w*minSplit:
+			s, byRows = w, true
+		case n >= w*minSplit:
+			s, byRows = w, false
+		}
+	}
+	extent := m
+	if !byRows {
+		extent = n
+	}
+	// Block p of s covers [lo, hi) of the split dimension; boundaries fall
+	// on multiples of minSplit when the blocks are large.
+	g := 1
+	if extent >= 4*s*minSplit {
+		g = minSplit
+	}
+	block := func(p int) (lo, hi int) {
+		lo, hi = extent*p/s/g*g, extent*(p+1)/s/g*g
+		if p == s-1 {
+			hi = extent
+		}
+		return lo, hi
+	}
+	run := func(t int) {
+		bi, p := t/s, t%s
+		ao, bo, co := offs[3*bi], offs[3*bi+1], offs[3*bi+2]
+		lo, hi := 0, extent
+		if s > 1 {
+			lo, hi = block(p)
+		}
+		if lo >= hi {
+			return
+		}
+		if byRows {
+			if transA {
+				ao += lo
+			} else {
+				ao += lo * lda
+			}
+			gemm(transA, transB, hi-lo, n, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co+lo*ldc:], ldc)
+			return
+		}
+		if transB {
+			bo += lo * ldb
+		} else {
+			bo += lo
+		}
+		gemm(transA, transB, m, hi-lo, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co+lo:], ldc)
+	}
+	tasks := nb * s
+	w = min(w, tasks)
+	if w <= 1 {
+		for t := 0; t < tasks; t++ {
+			run(t)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for wi := 1; wi < w; wi++ {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			for t := lo; t < hi; t++ {
+				run(t)
+			}
+		}(wi*tasks/w, (wi+1)*tasks/w)
+	}
+	for t := 0; t < tasks/w; t++ {
+		run(t)
+	}
+	wg.Wait()
+}
+
+// batchOffsets returns, for each of the nb batch indices of dst (row-major
+// order), the element offsets of a, b and dst's matrices relative to their
+// view offsets, as triples. Operands with fewer batch dims broadcast over
+// the leading ones.
+func batchOffsets(dst, a, bm backend.View, nb int) []int {
+	offs := make([]int, 3*nb)
+	rb := len(dst.Shape) - 2
+	if rb == 0 {
+		return offs
+	}
+	views := [3]backend.View{a, bm, dst}
+	var strides [3][]int
+	for v, x := range views {
+		st := make([]int, rb)
+		xb := len(x.Shape) - 2
+		if xb > rb {
+			panic(fmt.Sprintf("cpu: matmul: operand %v has more batch dims than dst %v", x.Shape, dst.Shape))
+		}
+		for d := 0; d < xb; d++ {
+			dd := rb - xb + d
+			switch {
+			case x.Shape[d] == dst.Shape[dd]:
+				st[dd] = x.Strides[d]
+			case x.Shape[d] == 1:
+				st[dd] = 0
+			default:
+				panic(fmt.Sprintf("cpu: matmul: batch dims of %v do not broadcast to dst %v", x.Shape, dst.Shape))
+			}
+		}
+		strides[v] = st
+	}
+	idx := make([]int, rb)
+	var cur [3]int
+	for bi := 0; bi < nb; bi++ {
+		copy(offs[3*bi:3*bi+3], cur[:])
+		for d := rb - 1; d >= 0; d-- {
+			idx[d]++
+			for v := range cur {
+				cur[v] += strides[v][d]
+			}
+			if idx[d] < dst.Shape[d] {
+				break
+			}
+			for v := range cur {
+				cur[v] -= strides[v][d] * dst.Shape[d]
+			}
+			idx[d] = 0
+		}
+	}
+	return offs
+}

@@ -1,0 +1,246 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// matOperand describes how a test lays out one operand: batch shape and
+// strides are given by the case, the matrix dims are row- or column-major
+// with pad extra elements per leading-dimension step.
+type matOperand struct {
+	batchShape   []int
+	batchStrides []int // nil: contiguous batches; 0 entries broadcast
+	colMajor     bool
+	pad          int
+}
+
+// makeOperand allocates a buffer holding a (batch..., rows, cols) view
+// with the requested layout, filled with random values, at offset off.
+func makeOperand[T Float](r *rand.Rand, op matOperand, rows, cols, off int) backend.View {
+	ld := cols + op.pad
+	inner := [2]int{ld, 1}
+	size := rows * ld
+	if op.colMajor {
+		ld = rows + op.pad
+		inner = [2]int{1, ld}
+		size = cols * ld
+	}
+	nb := len(op.batchShape)
+	strides := make([]int, nb+2)
+	strides[nb], strides[nb+1] = inner[0], inner[1]
+	extent := size
+	acc := size
+	for d := nb - 1; d >= 0; d-- {
+		if op.batchStrides != nil {
+			strides[d] = op.batchStrides[d]
+		} else {
+			strides[d] = acc
+			acc *= op.batchShape[d]
+		}
+		extent += (op.batchShape[d] - 1) * strides[d]
+	}
+	shape := append(append([]int(nil), op.batchShape...), rows, cols)
+	data := randSlice[T](r, off+extent)
+	return backend.View{Buf: bufferOf(data), Offset: off, Shape: shape, Strides: strides}
+}
+
+func bufferOf[T Float](data []T) *Buffer {
+	switch d := any(data).(type) {
+	case []float32:
+		return &Buffer{F32: d}
+	default:
+		return &Buffer{F64: any(data).([]float64)}
+	}
+}
+
+// at reads element idx of v as float64; v may have fewer (leading batch)
+// dims than idx.
+func at(v backend.View, idx []int) float64 {
+	idx = idx[len(idx)-len(v.Shape):]
+	o := v.Offset
+	for d, i := range idx {
+		o += i * v.Strides[d]
+	}
+	b := buf(v)
+	if b.F32 != nil {
+		return float64(b.F32[o])
+	}
+	return b.F64[o]
+}
+
+// matmulRef computes every batch of dst (+)= a@b in float64 with gemmRef on
+// copies of the operands gathered element by element through their strides,
+// independently of MatMul's layout logic. It returns the expected dst, row
+// major.
+func matmulRef(dst, a, bm backend.View, accumulate bool) []float64 {
+	r := len(dst.Shape)
+	m, n, k := dst.Shape[r-2], dst.Shape[r-1], a.Shape[r-1]
+	batch := dst.Shape[:r-2]
+	nb := 1
+	for _, d := range batch {
+		nb *= d
+	}
+	want := make([]float64, nb*m*n)
+	idx := make([]int, r)
+	for bi := 0; bi < nb; bi++ {
+		rem := bi
+		for d := len(batch) - 1; d >= 0; d-- {
+			idx[d] = rem % batch[d]
+			rem /= batch[d]
+		}
+		am, bmm := make([]float64, m*k), make([]float64, k*n)
+		for i := 0; i < m; i++ {
+			for p := 0; p < k; p++ {
+				idx[r-2], idx[r-1] = i, p
+				am[i*k+p] = at(a, idx)
+			}
+		}
+		for p := 0; p < k; p++ {
+			for j := 0; j < n; j++ {
+				idx[r-2], idx[r-1] = p, j
+				bmm[p*n+j] = at(bm, idx)
+			}
+		}
+		c := want[bi*m*n : (bi+1)*m*n]
+		var beta float64
+		if accumulate {
+			beta = 1
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					idx[r-2], idx[r-1] = i, j
+					c[i*n+j] = at(dst, idx)
+				}
+			}
+		}
+		gemmRef(false, false, m, n, k, 1, am, k, bmm, n, beta, c, n)
+	}
+	return want
+}
+
+type matmulCase struct {
+	batch      []int
+	m, n, k    int
+	a, b       matOperand
+	accumulate bool
+}
+
+func (c matmulCase) String() string {
+	return fmt.Sprintf("batch=%v m=%d n=%d k=%d a=%+v b=%+v acc=%v", c.batch, c.m, c.n, c.k, c.a, c.b, c.accumulate)
+}
+
+func runMatmulCase[T Float](t *testing.T, be *Backend, r *rand.Rand, c matmulCase, tol float64) {
+	t.Helper()
+	if c.a.batchShape == nil {
+		c.a.batchShape = c.batch
+	}
+	if c.b.batchShape == nil {
+		c.b.batchShape = c.batch
+	}
+	a := makeOperand[T](r, c.a, c.m, c.k, 3)
+	bm := makeOperand[T](r, c.b, c.k, c.n, 5)
+	dst := makeOperand[T](r, matOperand{batchShape: c.batch}, c.m, c.n, 2)
+	want := matmulRef(dst, a, bm, c.accumulate)
+	be.MatMul(dst, a, bm, c.accumulate)
+	got := toF64(floats[T](dst)[:len(want)])
+	if d := maxRelDiff(1, len(want), got, 0, want, 0); d > tol {
+		t.Fatalf("matmul %v: max rel diff %.3g > %.3g", c, d, tol)
+	}
+}
+
+func TestMatMulLayouts(t *testing.T) {
+	gemmPaths(t, func(t *testing.T) {
+		be := New()
+		r := rand.New(rand.NewPCG(21, 22))
+		for _, ca := range []bool{false, true} {
+			for _, cb := range []bool{false, true} {
+				for _, m := range oddSizes {
+					for _, n := range oddSizes {
+						for _, k := range oddSizes {
+							c := matmulCase{m: m, n: n, k: k,
+								a: matOperand{colMajor: ca, pad: (m + k) % 3},
+								b: matOperand{colMajor: cb, pad: (n + k) % 2}}
+							runMatmulCase[float64](t, be, r, c, 1e-13)
+							if m == n || n == k {
+								runMatmulCase[float32](t, be, r, c, tol32(k))
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestMatMulBatchAndAccumulate(t *testing.T) {
+	gemmPaths(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(23, 24))
+		cases := []matmulCase{
+			// a broadcast over the second batch axis, b over the first.
+			{batch: []int{2, 3}, m: 17, n: 65, k: 3,
+				a: matOperand{batchStrides: []int{17 * 3, 0}},
+				b: matOperand{batchStrides: []int{0, 3 * 65}, colMajor: true}},
+			// a shared by every batch (a weight), b per batch, accumulate.
+			{batch: []int{4}, m: 65, n: 17, k: 130,
+				a: matOperand{batchStrides: []int{0}, colMajor: true, pad: 1},
+				b: matOperand{pad: 2}, accumulate: true},
+			// b has fewer batch dims than dst: broadcast over the leading one.
+			{batch: []int{3, 2}, m: 3, n: 5, k: 7,
+				b: matOperand{batchShape: []int{2}}},
+			// Many batches (parallel over batches), both transposed.
+			{batch: []int{16}, m: 33, n: 40, k: 64,
+				a: matOperand{colMajor: true}, b: matOperand{colMajor: true}, accumulate: true},
+			// Batches not a multiple of the workers (each product split).
+			{batch: []int{3}, m: 130, n: 130, k: 65},
+			// Large single products: split by rows, by columns (small M).
+			{m: 300, n: 129, k: 200, a: matOperand{colMajor: true}},
+			{m: 5, n: 700, k: 200, b: matOperand{colMajor: true}, accumulate: true},
+			{m: 1, n: 1000, k: 300},
+			{m: 40, n: 300, k: 64, b: matOperand{colMajor: true}}, // N > M: split by columns
+			{m: 40, n: 20, k: 400, a: matOperand{colMajor: true}}, // blocks not on multiples of 16
+			// K = 0: dst = 0, or unchanged when accumulating.
+			{batch: []int{2}, m: 4, n: 3, k: 0},
+			{batch: []int{2}, m: 4, n: 3, k: 0, accumulate: true},
+		}
+		for _, workers := range []int{1, 2, 3} {
+			be := New()
+			be.workers = workers
+			for _, c := range cases {
+				runMatmulCase[float64](t, be, r, c, 1e-13)
+				runMatmulCase[float32](t, be, r, c, tol32(c.k))
+			}
+		}
+	})
+}
+
+func TestMatMulBadLayoutPanics(t *testing.T) {
+	be := New()
+	r := rand.New(rand.NewPCG(25, 26))
+	a := makeOperand[float32](r, matOperand{}, 4, 6, 0)
+	a.Strides = []int{12, 2} // neither row- nor column-major
+	bm := makeOperand[float32](r, matOperand{}, 6, 5, 0)
+	dst := makeOperand[float32](r, matOperand{}, 4, 5, 0)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("MatMul accepted an operand with strides (12, 2)")
+		}
+	}()
+	be.MatMul(dst, a, bm, false)
+}
+
+func TestMatMulDTypeMismatchPanics(t *testing.T) {
+	be := New()
+	r := rand.New(rand.NewPCG(27, 28))
+	a := makeOperand[float32](r, matOperand{}, 4, 6, 0)
+	bm := makeOperand[float64](r, matOperand{}, 6, 5, 0)
+	dst := makeOperand[float32](r, matOperand{}, 4, 5, 0)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("MatMul accepted float32 @ float64")
+		}
+	}()
+	be.MatMul(dst, a, bm, false)
+}

@@ -1,0 +1,288 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// Row kernels shared by softmax, the norms and cross-entropy.
+//
+// Statistics (max, Σ exp, Σ x, Σ x², Σ g·x, …) are accumulated in float64
+// whatever the data type: a float32 row is widened element by element and
+// only the final value is rounded back, so float32 results are as accurate as
+// one rounding allows and agree with PyTorch's float32 kernels to ~1e-7.
+
+// expCost weights an element whose update needs an exponential when telling
+// parallelFor how much work a row is: exp costs about as much as copying
+// several cache lines.
+const expCost = 8
+
+// rowDims views a contiguous tensor as rows of its last axis: n rows of c
+// elements. A scalar is one row of one element.
+func rowDims(v backend.View) (n, c int) {
+	c = 1
+	if len(v.Shape) > 0 {
+		c = v.Shape[len(v.Shape)-1]
+	}
+	if c == 0 {
+		return 0, 0
+	}
+	return v.Numel() / c, c
+}
+
+// Row reductions. Each keeps four partial sums in float64: a single running
+// sum is bound by the latency of its add (about 4 cycles an element), four
+// independent ones let the loop run at the pace of its loads. The order of
+// the additions depends only on the row length, so results are
+// deterministic.
+
+// dotRow returns Σ_j a_j·b_j.
+func dotRow[T Float](a, b []T) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(a); j += 4 {
+		a4, b4 := a[j:j+4:j+4], b[j:j+4:j+4]
+		s0 += float64(a4[0]) * float64(b4[0])
+		s1 += float64(a4[1]) * float64(b4[1])
+		s2 += float64(a4[2]) * float64(b4[2])
+		s3 += float64(a4[3]) * float64(b4[3])
+	}
+	for ; j < len(a); j++ {
+		s0 += float64(a[j]) * float64(b[j])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumRow returns Σ_j a_j.
+func sumRow[T Float](a []T) float64 {
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(a); j += 4 {
+		a4 := a[j : j+4 : j+4]
+		s0 += float64(a4[0])
+		s1 += float64(a4[1])
+		s2 += float64(a4[2])
+		s3 += float64(a4[3])
+	}
+	for ; j < len(a); j++ {
+		s0 += float64(a[j])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// isF32 reports whether T is float32 (as opposed to float64).
+func isF32[T Float]() bool {
+	var z T
+	_, ok := any(z).(float32)
+	return ok
+}
+
+// checkFloat panics unless every view with a buffer has dtype dt: a float32
+// view handed to a float64 kernel would otherwise fail with a bare slice
+// error. kernel names the op in the message.
+func checkFloat(kernel string, dt backend.DType, views ...backend.View) {
+	if dt != backend.Float32 && dt != backend.Float64 {
+		panic(badDType(kernel, dt))
+	}
+	for _, v := range views {
+		if v.Buf != nil && v.DType() != dt {
+			panic(fmt.Sprintf("cpu: %s: dtype mismatch: %v and %v", kernel, dt, v.DType()))
+		}
+	}
+}
+
+// rowExpTable[j] holds the bits of 2^(j/64).
+var rowExpTable = func() (t [64]uint64) {
+	for j := range t {
+		t[j] = math.Float64bits(math.Exp2(float64(j) / 64))
+	}
+	return t
+}()
+
+// expFast returns e^x with a relative error below 1e-13, far under float32
+// rounding (6e-8); the float32 kernels use it in place of math.Exp, which is
+// about 1.7× slower. It writes x = (64k + j)·ln2/64 + r with |r| ≤ ln2/128,
+// so e^x = 2^k · 2^(j/64) · e^r with e^r from a degree-4 Taylor polynomial
+// (error r⁵/120 < 4e-14). NaN propagates; arguments are clamped to
+// [−708, 709], so e^−∞ gives 3e-308 (0 once rounded to float32) and overflow
+// saturates near 8e307 (+Inf once rounded to float32). It inlines.
+func expFast(x float64) float64 {
+	const round = 6755399441055744.0 // 1.5·2^52: adding it rounds to an integer
+	if x < -708 {
+		x = -708
+	}
+	if x > 709 {
+		x = 709
+	}
+	kf := (x*(64*math.Log2E) + round) - round
+	r := (x - kf*(6.93147180369123816490e-01/64)) - kf*(1.90821492927058770002e-10/64)
+	k := int64(kf)
+	return (1 + r*(1+r*(0.5+r*(1.0/6+r*(1.0/24))))) * math.Float64frombits(rowExpTable[k&63]+uint64(k>>6)<<52)
+}
+
+// rowMax returns max_j x_j in float64 (−Inf for an empty row). NaNs are
+// skipped here; they reach the result through the exponentials.
+func rowMax[T Float](x []T) float64 {
+	m := T(math.Inf(-1))
+	for _, v := range x {
+		if v > m {
+			m = v
+		}
+	}
+	return float64(m)
+}
+
+// sumExpShift returns Σ_j exp(x_j − m) in float64.
+func sumExpShift[T Float](x []T, m float64) float64 {
+	s := 0.0
+	if isF32[T]() {
+		for _, v := range x {
+			s += expFast(float64(v) - m)
+		}
+		return s
+	}
+	for _, v := range x {
+		s += math.Exp(float64(v) - m)
+	}
+	return s
+}
+
+// expShiftScale writes y_j = a·exp(x_j − m) and returns Σ_j exp(x_j − m) in
+// float64 (the unrounded values). y and x may be the same slice.
+func expShiftScale[T Float](y, x []T, m, a float64) float64 {
+	y = y[:len(x)]
+	s := 0.0
+	if isF32[T]() {
+		for j, v := range x {
+			e := expFast(float64(v) - m)
+			s += e
+			y[j] = T(a * e)
+		}
+		return s
+	}
+	for j, v := range x {
+		e := math.Exp(float64(v) - m)
+		s += e
+		y[j] = T(a * e)
+	}
+	return s
+}
+
+// ---------------------------------------------------------------------------
+// Softmax
+
+// Softmax writes y = softmax(x) or log_softmax(x) over the last axis.
+// A row holding NaN or +Inf, or only −Inf, comes out NaN as in PyTorch.
+func (b *Backend) Softmax(y, x backend.View, log bool) {
+	checkFloat("softmax", x.DType(), y)
+	if x.DType() == backend.Float32 {
+		softmaxRows[float32](b, y, x, log)
+	} else {
+		softmaxRows[float64](b, y, x, log)
+	}
+}
+
+func softmaxRows[T Float](b *Backend, y, x backend.View, log bool) {
+	n, c := rowDims(x)
+	xs, ys := floats[T](x)[:n*c], floats[T](y)[:n*c] // (N, C)
+	b.parallelFor(n, expCost*c, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, yr := xs[r*c:(r+1)*c], ys[r*c:(r+1)*c]
+			if log {
+				logSoftmaxForward(yr, xr)
+			} else {
+				softmaxForward(yr, xr)
+			}
+		}
+	})
+}
+
+// softmaxForward computes one row, x and y (C):
+//
+//	m = max_j x_j,  s = Σ_j exp(x_j − m),  y_j = exp(x_j − m) / s
+//
+// Subtracting the row max keeps every exponent ≤ 0, so nothing overflows.
+func softmaxForward[T Float](y, x []T) {
+	m := rowMax(x)
+	s := expShiftScale(y, x, m, 1)
+	inv := 1 / s
+	for j, v := range y {
+		y[j] = T(float64(v) * inv)
+	}
+}
+
+// logSoftmaxForward computes one row, x and y (C):
+//
+//	m = max_j x_j,  y_j = (x_j − m) − log Σ_k exp(x_k − m)
+//
+// x_j − m is exact for the largest entries, so an output near 0 keeps its
+// relative precision even when |m| is large (m + log s would round it away).
+func logSoftmaxForward[T Float](y, x []T) {
+	m := rowMax(x)
+	ls := math.Log(sumExpShift(x, m))
+	for j, v := range x {
+		y[j] = T((float64(v) - m) - ls)
+	}
+}
+
+// SoftmaxBackward writes dx from the forward output y and the gradient dy.
+func (b *Backend) SoftmaxBackward(dx, y, dy backend.View, log bool) {
+	checkFloat("softmax_backward", y.DType(), dx, dy)
+	if y.DType() == backend.Float32 {
+		softmaxBackwardRows[float32](b, dx, y, dy, log)
+	} else {
+		softmaxBackwardRows[float64](b, dx, y, dy, log)
+	}
+}
+
+func softmaxBackwardRows[T Float](b *Backend, dx, y, dy backend.View, log bool) {
+	n, c := rowDims(y)
+	ys, dys, dxs := floats[T](y)[:n*c], floats[T](dy)[:n*c], floats[T](dx)[:n*c] // (N, C)
+	cost := 3 * c
+	if log {
+		cost = expCost * c
+	}
+	b.parallelFor(n, cost, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			yr, gr, dr := ys[r*c:(r+1)*c], dys[r*c:(r+1)*c], dxs[r*c:(r+1)*c]
+			if log {
+				logSoftmaxBackward(dr, yr, gr)
+			} else {
+				softmaxBackward(dr, yr, gr)
+			}
+		}
+	})
+}
+
+// softmaxBackward computes one row, dx, y, dy (C):
+//
+//	dx_j = y_j·(dy_j − Σ_k dy_k·y_k)
+func softmaxBackward[T Float](dx, y, dy []T) {
+	dy = dy[:len(y)]
+	dot := dotRow(dy, y)
+	dx = dx[:len(y)]
+	for j, v := range y {
+		dx[j] = T(float64(v) * (float64(dy[j]) - dot))
+	}
+}
+
+// logSoftmaxBackward computes one row, dx, y, dy (C), y = log_softmax(x):
+//
+//	dx_j = dy_j − exp(y_j)·Σ_k dy_k
+func logSoftmaxBackward[T Float](dx, y, dy []T) {
+	dy = dy[:len(y)]
+	s := sumRow(dy)
+	dx = dx[:len(y)]
+	if isF32[T]() {
+		for j, v := range y {
+			dx[j] = T(float64(dy[j]) - expFast(float64(v))*s)
+		}
+		return
+	}
+	for j, v := range y {
+		dx[j] = T(float64(dy[j]) - math.Exp(float64(v))*s)
+	}
+}
