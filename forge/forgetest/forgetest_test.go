@@ -1,7 +1,6 @@
 package forgetest
 
 import (
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -13,17 +12,7 @@ import (
 
 // TestTorchParity runs the PyTorch parity suite on the backend named by
 // FORGE_BACKEND (default "cpu").
-func TestTorchParity(t *testing.T) {
-	name := os.Getenv("FORGE_BACKEND")
-	if name == "" {
-		name = "cpu"
-	}
-	dev, err := forge.OpenDevice(name)
-	if err != nil {
-		t.Fatalf("FORGE_BACKEND=%s: %v", name, err)
-	}
-	TorchParity(t, dev)
-}
+func TestTorchParity(t *testing.T) { TorchParity(t, Device(t)) }
 
 // noSoftmax is the CPU backend without its softmax kernel, to check that a
 // missing kernel is reported by name.

@@ -1,10 +1,3 @@
-// Package forgetest is Forge's backend conformance suite: every op, forward
-// and gradient, checked against independent references — PyTorch fixtures
-// (TorchParity), float64 central differences (GradCheck), host-side
-// reference implementations (Properties) and the error contract
-// (BadInput). Each suite function takes the device to test, so every
-// backend runs the same suite; the package's own tests pick the device from
-// FORGE_BACKEND (default "cpu").
 package forgetest
 
 import (

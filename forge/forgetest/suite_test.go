@@ -2,26 +2,10 @@ package forgetest_test
 
 import (
 	"flag"
-	"os"
 	"testing"
 
-	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/forgetest"
 )
-
-// suiteDevice opens the device named by FORGE_BACKEND (default "cpu").
-func suiteDevice(t *testing.T) *forge.Device {
-	t.Helper()
-	name := os.Getenv("FORGE_BACKEND")
-	if name == "" {
-		name = "cpu"
-	}
-	dev, err := forge.OpenDevice(name)
-	if err != nil {
-		t.Fatalf("FORGE_BACKEND=%s: %v", name, err)
-	}
-	return dev
-}
 
 // TestProperties runs the property tests: -rapid.checks sets the number of
 // cases per property (100 by default). A failure prints the -rapid.seed
@@ -29,11 +13,11 @@ func suiteDevice(t *testing.T) *forge.Device {
 // -rapid.nofailfile=false is given.
 func TestProperties(t *testing.T) {
 	suiteNoFailFiles()
-	forgetest.Properties(t, suiteDevice(t))
+	forgetest.Properties(t, forgetest.Device(t))
 }
 
 // TestBadInput runs the error-contract table.
-func TestBadInput(t *testing.T) { forgetest.BadInput(t, suiteDevice(t)) }
+func TestBadInput(t *testing.T) { forgetest.BadInput(t, forgetest.Device(t)) }
 
 // suiteNoFailFiles turns rapid's fail files off unless the command line
 // set the flag.

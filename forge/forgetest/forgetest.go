@@ -1,0 +1,38 @@
+// Package forgetest is Forge's backend conformance suite: every op, forward
+// and gradient, checked against independent references — PyTorch fixtures
+// (TorchParity), float64 central differences (GradCheck), host-side
+// reference implementations (Properties) and the error contract
+// (BadInput). Each suite function takes the device to test, so every
+// backend runs the same suite; the package's own tests pick the device from
+// FORGE_BACKEND (default "cpu").
+package forgetest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/forgeml/forge/forge"
+)
+
+// Device opens the device named by FORGE_BACKEND (default "cpu"), failing
+// the test if it cannot be opened.
+func Device(t testing.TB) *forge.Device {
+	t.Helper()
+	name := os.Getenv("FORGE_BACKEND")
+	if name == "" {
+		name = "cpu"
+	}
+	dev, err := forge.OpenDevice(name)
+	if err != nil {
+		t.Fatalf("FORGE_BACKEND=%s: %v", name, err)
+	}
+	return dev
+}
+
+// Run runs the whole conformance suite on dev, one subtest per part.
+func Run(t *testing.T, dev *forge.Device) {
+	t.Run("TorchParity", func(t *testing.T) { TorchParity(t, dev) })
+	t.Run("GradCheck", func(t *testing.T) { GradCheck(t, dev) })
+	t.Run("Properties", func(t *testing.T) { Properties(t, dev) })
+	t.Run("BadInput", func(t *testing.T) { BadInput(t, dev) })
+}
