@@ -18,24 +18,42 @@ package cpu
 //
 // # Threads
 //
-// Go owns the threads: OpenBLAS is set to one thread
-// (openblas_set_num_threads(1)) and MatMul splits a large product into one
-// block per worker goroutine, each a single-threaded sgemm on its own rows
-// (or columns, when M is small). There is then exactly one pool of threads,
-// gemm is safe to call from any number of goroutines (the attention kernel
-// calls it on tiles from its workers), and batched products parallelise over
-// batches the same way. Measured on 2 Zen 4 cores (float32 GFLOP/s, medians;
-// numpy = its own 2-thread OpenBLAS in the same run):
+// OpenBLAS runs at one thread (openblas_set_num_threads(1)) and Go owns the
+// threads: gemm is single-threaded and safe to call from any number of
+// goroutines at once (the attention kernel calls it on tiles from its
+// workers), and MatMul gives whole products to its workers when a batch has
+// enough of them. The one exception is a product that cannot be shared out
+// that way (a single large matmul, or a few): MatMul then makes one call
+// with OpenBLAS at GOMAXPROCS threads, because splitting it into one
+// single-threaded call per worker was measured 3–44 % slower. That call
+// holds blasMu exclusively, so no other BLAS call overlaps it, and the
+// count goes back to one before the lock is released: Go's workers are
+// idle while OpenBLAS's threads run, and OpenBLAS's threads never run
+// beside Go's. No slowdown of a Go-parallel kernel run right after such a
+// call was measurable (OpenBLAS's idle threads yield, then sleep).
 //
-//	shape (M×N×K)        Go split, 1-thread BLAS   2-thread BLAS, one call   numpy
-//	256³                          (see below)
+// Measured on 2 Zen 4 cores, float32 GFLOP/s, medians of 9 interleaved
+// rounds on an idle machine, numpy (its own 2-thread OpenBLAS) in the same
+// run:
 //
-// The numbers are in the table in the comment on splitPolicy in matmul.go.
+//	M×N×K                 Go split, 1-thread calls   one 2-thread call   numpy
+//	256³                           110                     158            165
+//	1024³                          153                     181            167
+//	2048³                          192                     198            200
+//	4096×256×1024 NN               151                     173            177
+//	4096×1024×256 NT               153                     172            166
+//	256×1024×4096 TN               145                     173            148
+//
+// One thread on half of the 1024³ product runs at 95 GFLOP/s, so the split
+// loses ~13 % to running two independent single-threaded calls side by
+// side (each packs all of B itself, where a threaded OpenBLAS packs it once
+// for both threads); the 2-thread call gets 195 in the same test.
 //
 // Accelerate runs its own threads (and on Apple silicon the matrix units)
-// and cannot be pinned to one thread, so with Accelerate MatMul issues one
-// call per product from the calling goroutine and lets the library
-// parallelise.
+// and cannot be limited to one thread, so with Accelerate MatMul makes one
+// call per product from the calling goroutine and lets it parallelise.
+// Other BLAS libraries (libblas.so.3 that is not OpenBLAS) are treated as
+// single-threaded: MatMul splits products between its workers.
 
 import (
 	"fmt"
@@ -54,8 +72,9 @@ type blasLibrary struct {
 	sgemm uintptr // Fortran sgemm_
 	dgemm uintptr // Fortran dgemm_
 
-	// setThreads is openblas_set_num_threads (0 if absent).
-	setThreads uintptr
+	// setThreads and getThreads are openblas_set/get_num_threads (0 if
+	// absent: not an OpenBLAS).
+	setThreads, getThreads uintptr
 
 	// ownThreads: the library parallelises one call itself (Accelerate).
 	// MatMul then makes one call per product and never splits it.
@@ -97,7 +116,11 @@ func initBLAS() {
 		for _, p := range paths {
 			lib, err := openBLAS(p)
 			if err != nil {
-				errs = append(errs, fmt.Sprintf("%s: %v", p, err))
+				msg := err.Error()
+				if !strings.Contains(msg, p) { // dlerror usually names the file
+					msg = p + ": " + msg
+				}
+				errs = append(errs, msg)
 				continue
 			}
 			loadedBLAS = lib
@@ -197,6 +220,28 @@ func trans(t bool) byte {
 		return 'T'
 	}
 	return 'N'
+}
+
+// blasMu orders BLAS calls around changes of OpenBLAS's thread count:
+// single-threaded calls hold it shared (any number run at once), a call on
+// the library's own threads holds it exclusively, so such a call never
+// overlaps another BLAS call and always finds the count it set.
+var blasMu sync.RWMutex
+
+// blasCall runs blasGemm, on threads OpenBLAS threads when threads > 1
+// and the library can be told so, else on the calling thread.
+func blasCall[T Float](lib *blasLibrary, threads int, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if threads > 1 && lib.setThreads != 0 {
+		blasMu.Lock()
+		defer blasMu.Unlock()
+		lib.setBLASThreads(threads)
+		defer lib.setBLASThreads(1)
+		blasGemm(lib, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	blasMu.RLock()
+	defer blasMu.RUnlock()
+	blasGemm(lib, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // blasGemm computes the row-major C = alpha·op(A)·op(B) + beta·C through

@@ -26,6 +26,7 @@ func openBLAS(path string) (*blasLibrary, error) {
 	if set, err := purego.Dlsym(h, "openblas_set_num_threads"); err == nil && set != 0 {
 		lib.name = "openblas"
 		lib.setThreads = set
+		lib.getThreads, _ = purego.Dlsym(h, "openblas_get_num_threads")
 		purego.SyscallN(set, 1)
 	}
 	if path == "/System/Library/Frameworks/Accelerate.framework/Accelerate" {
@@ -41,10 +42,19 @@ func callGemm(fn uintptr, argv []uintptr) {
 	purego.SyscallN(fn, argv...)
 }
 
-// setBLASThreads sets OpenBLAS's thread count (no-op for other libraries).
-// Only benchmarks call it: MatMul assumes one thread.
+// setBLASThreads sets OpenBLAS's thread count (a no-op for other
+// libraries). Only blasCall changes it, holding blasMu.
 func (lib *blasLibrary) setBLASThreads(n int) {
 	if lib.setThreads != 0 {
 		purego.SyscallN(lib.setThreads, uintptr(n))
 	}
+}
+
+// blasThreads returns OpenBLAS's thread count (0 for other libraries).
+func (lib *blasLibrary) blasThreads() int {
+	if lib.getThreads == 0 {
+		return 0
+	}
+	r, _, _ := purego.SyscallN(lib.getThreads)
+	return int(int32(r))
 }

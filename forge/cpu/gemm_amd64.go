@@ -40,11 +40,11 @@ func init() {
 		return
 	}
 	goKernelName = "go-avx2"
-	kernel32 = gemmKernel[float32]{mr: 6, nr: 16, kc: 256, mc: 96, nc: 2048,
+	kernel32 = gemmKernel[float32]{mr: 6, nr: 16, kc: 256, mc: 384, nc: 2048,
 		fn: func(k int, a, b, c []float32, ldc int, accumulate bool) {
 			sgemmKernel6x16(k, &a[0], &b[0], &c[0], ldc, accumulate)
 		}}
-	kernel64 = gemmKernel[float64]{mr: 6, nr: 8, kc: 256, mc: 48, nc: 1024,
+	kernel64 = gemmKernel[float64]{mr: 6, nr: 8, kc: 256, mc: 192, nc: 1024,
 		fn: func(k int, a, b, c []float64, ldc int, accumulate bool) {
 			dgemmKernel6x8(k, &a[0], &b[0], &c[0], ldc, accumulate)
 		}}

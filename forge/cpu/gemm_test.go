@@ -229,6 +229,9 @@ func TestGemmConcurrent(t *testing.T) {
 }
 
 func TestGemmNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops objects under the race detector")
+	}
 	gemmPaths(t, func(t *testing.T) {
 		m, n, k := 64, 64, 64
 		a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)

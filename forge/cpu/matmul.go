@@ -16,9 +16,11 @@ import (
 // broadcast too).
 //
 // Work is split over the backend's workers: whole products when there are
-// many batches, else row (or, for small M, column) blocks of each product,
-// every block one single-threaded gemm. With a BLAS that runs its own
-// threads (Accelerate) every product is one call from this goroutine.
+// many batches, each a single-threaded gemm; when there are too few
+// products to go around, each product runs on OpenBLAS's threads (one call
+// at a time) or, without OpenBLAS, is split into row (or column) blocks,
+// one gemm per worker. With a BLAS that runs its own threads (Accelerate)
+// every product is one call from this goroutine.
 func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 	dt := dst.DType()
 	if a.DType() != dt || bm.DType() != dt {
@@ -57,9 +59,9 @@ func matrixLayout(name string, v backend.View) (trans bool, ld int) {
 		name, v.Shape, v.Strides))
 }
 
-// matmulParallelFlops is the smallest total m·n·k worth more than one
+// matmulParallelWork is the smallest total m·n·k worth more than one
 // goroutine (a fork/join costs a few µs).
-const matmulParallelFlops = 1 << 18
+const matmulParallelWork = 1 << 18
 
 // minSplit is the smallest block of rows (or columns) a worker is given;
 // large blocks are rounded to multiples of it so that they fill whole
@@ -99,19 +101,31 @@ func matmul[T Float](be *Backend, dst, a, bm backend.View, accumulate bool) {
 	offs := batchOffsets(dst, a, bm, nb)
 	cs, as, bs := floats[T](dst), floats[T](a), floats[T](bm)
 
-	// Decide the split: s parts per product, nb·s tasks over w workers.
+	// Decide how to use the workers. Many products: whole products per
+	// worker, each a single-threaded gemm. Too few to go around: with
+	// OpenBLAS, one call per product on w of its threads (faster than
+	// splitting, see blas.go); otherwise split each product into w blocks.
 	w := be.workers
-	if lib := activeBLAS.Load(); lib != nil && lib.ownThreads {
+	lib := activeBLAS.Load()
+	if lib != nil && lib.ownThreads {
 		w = 1
 	}
-	if nb*m*n*max(k, 1) < matmulParallelFlops {
+	if nb*m*n*max(k, 1) < matmulParallelWork {
 		w = 1
+	}
+	few := w > 1 && nb%w != 0 && nb < 4*w
+	if few && lib != nil && lib.setThreads != 0 && k > 0 && blasFits(transA, transB, m, n, k, lda, ldb, ldc) {
+		for bi := 0; bi < nb; bi++ {
+			ao, bo, co := offs[3*bi], offs[3*bi+1], offs[3*bi+2]
+			gemmThreads(w, transA, transB, m, n, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co:], ldc)
+		}
+		return
 	}
 	// Split the larger of M and N: every block re-reads (and gemm re-packs)
 	// the whole of the other operand, M·K elements for a column split, K·N
 	// for a row split, so the smaller one is the one to duplicate.
 	s, byRows := 1, n <= m
-	if w > 1 && nb%w != 0 && nb < 4*w {
+	if few {
 		switch {
 		case byRows && m >= w*minSplit, !byRows && n >= w*minSplit:
 			s = w

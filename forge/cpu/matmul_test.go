@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -243,4 +244,60 @@ func TestMatMulDTypeMismatchPanics(t *testing.T) {
 		}
 	}()
 	be.MatMul(dst, a, bm, false)
+}
+
+// TestMatMulThreadedBLAS runs large single products (on OpenBLAS's own
+// threads) while other goroutines call gemm on small tiles, as the
+// attention kernel does: every result must be right and OpenBLAS must be
+// back at one thread afterwards.
+func TestMatMulThreadedBLAS(t *testing.T) {
+	ok, restore := useBLAS(true)
+	defer restore()
+	if !ok {
+		t.Skip("no BLAS library loaded")
+	}
+	if loadedBLAS.setThreads == 0 {
+		t.Skipf("%s cannot set its thread count", loadedBLAS.name)
+	}
+	be := New()
+	be.workers = 2
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 31))
+			m, n, k := 32, 32, 32
+			a, b := randSlice[float32](r, m*k), randSlice[float32](r, n*k)
+			c, want := make([]float32, m*n), make([]float32, m*n)
+			gemmRef(false, true, m, n, k, 1, a, k, b, k, 0, want, n)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				gemm(false, true, m, n, k, 1, a, k, b, k, 0, c, n)
+				if d := maxRelDiff(m, n, c, n, want, n); d > tol32(k) {
+					errs <- fmt.Errorf("tile gemm during threaded matmul: max rel diff %g", d)
+					return
+				}
+			}
+		}(g)
+	}
+	r := rand.New(rand.NewPCG(32, 33))
+	for i := 0; i < 5; i++ {
+		runMatmulCase[float32](t, be, r, matmulCase{m: 200, n: 190, k: 180, b: matOperand{colMajor: true}}, tol32(180))
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := loadedBLAS.blasThreads(); n != 1 {
+		t.Fatalf("OpenBLAS left at %d threads, want 1", n)
+	}
 }

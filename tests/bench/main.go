@@ -3,12 +3,13 @@
 // with numpy's figure and the ratio, the machine's copy bandwidth, and the
 // memory-bound fused kernels in GB/s and as a share of that bandwidth.
 //
-//	go run ./tests/bench [-repeats 7] [-python /usr/bin/python3] [-idle 10s] [-quick]
+//	go run ./tests/bench [-repeats 11] [-python /usr/bin/python3] [-idle 10s] [-quick]
 //
 // numpy runs in one long-lived python process (numpy_matmul.py, embedded)
-// that times one request at a time; forge and numpy samples alternate, so
-// both see the same machine load, and each figure is the median over the
-// rounds. Without python or numpy the numpy column says why and the rest of
+// that times one request at a time. Each round times every forge row, then
+// every numpy row, then pauses (numpy's OpenBLAS threads keep polling for a
+// while after a call); both sides thus see the same machine over the run,
+// and each figure is the median over the rounds. Without python or numpy the numpy column says why and the rest of
 // the table is still measured.
 //
 // It uses the CPU backend directly (cpu.New()); float32 throughout.
@@ -31,7 +32,7 @@ import (
 )
 
 var (
-	repeats = flag.Int("repeats", 7, "timed rounds; each figure is the median")
+	repeats = flag.Int("repeats", 11, "timed rounds; each figure is the median")
 	python  = flag.String("python", defaultPython(), "python with numpy for the reference column (\"\" to skip)")
 	idle    = flag.Duration("idle", 10*time.Second, "before each round wait up to this long for an idle machine (0: never wait)")
 	quick   = flag.Bool("quick", false, "only the 256³ matmul, the copy and the fused kernels (a smoke test)")
@@ -39,6 +40,9 @@ var (
 
 // minSeconds is how long one timed sample runs (repeated calls).
 const minSeconds = 0.02
+
+// settle is the pause between numpy's samples and forge's next ones.
+const settle = 200 * time.Millisecond
 
 func defaultPython() string {
 	// Debian's python has python3-numpy; a pyenv python3 on PATH may not.
@@ -80,19 +84,28 @@ func main() {
 	for r := 0; r < *repeats; r++ {
 		waitIdle(*idle)
 		for _, rw := range rows {
-			if rw.forge == nil {
-				continue
-			}
-			rw.forgeRuns = append(rw.forgeRuns, rw.forge())
-			if rw.numpyReq != "" && np.err == "" {
-				v, err := np.run(rw.numpyReq)
-				if err != "" {
-					rw.numpyErr = err
-				} else {
-					rw.numpyRuns = append(rw.numpyRuns, v)
-				}
+			if rw.forge != nil {
+				rw.forgeRuns = append(rw.forgeRuns, rw.forge())
 			}
 		}
+		if np.err != "" {
+			continue
+		}
+		for _, rw := range rows {
+			if rw.forge == nil || rw.numpyReq == "" {
+				continue
+			}
+			v, err := np.run(rw.numpyReq)
+			if err != "" {
+				rw.numpyErr = err
+			} else {
+				rw.numpyRuns = append(rw.numpyRuns, v)
+			}
+		}
+		// OpenBLAS's worker threads in the numpy process keep polling for
+		// work for up to ~0.1 s after a call (OPENBLAS_THREAD_TIMEOUT,
+		// 2^28 cycles by default) and take CPU from whatever runs next.
+		time.Sleep(settle)
 	}
 	other := load.otherShare()
 
