@@ -117,6 +117,10 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 	if !t.requiresGrad {
 		panic(errorf("backward", "tensor %v does not require a gradient (no input had RequiresGrad)", t.shape))
 	}
+	prev := phase
+	phase = PhaseBackward
+	gradDepth++
+	defer func() { gradDepth--; phase = prev }()
 	var g *Tensor
 	switch {
 	case len(grad) > 1:
@@ -136,10 +140,6 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 
 	order := topoSort(t)
 	grads := map[*Tensor]gradEntry{t: {t: g}}
-	prev := phase
-	phase = PhaseBackward
-	gradDepth++
-	defer func() { gradDepth--; phase = prev }()
 	for i := len(order) - 1; i >= 0; i-- {
 		u := order[i]
 		e, ok := grads[u]

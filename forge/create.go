@@ -2,17 +2,33 @@ package forge
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/forgeml/forge/forge/backend"
 )
 
-// checkShape panics on negative dimensions.
+// maxNumel bounds the elements of one tensor (2⁴⁰, 4 TiB of float32), so a
+// mistyped shape fails with an error rather than an out-of-memory crash.
+const maxNumel = 1 << 40
+
+// checkShape panics on negative dimensions and on shapes too large to hold.
 func checkShape(op string, shape []int) {
 	for _, d := range shape {
 		if d < 0 {
 			panic(errorf(op, "negative dimension in shape %v", shape))
 		}
+	}
+	if slices.Contains(shape, 0) {
+		return
+	}
+	n := uint64(1)
+	for _, d := range shape {
+		hi, lo := bits.Mul64(n, uint64(d))
+		if hi != 0 || lo > maxNumel {
+			panic(errorf(op, "shape %v has more than 2⁴⁰ elements", shape))
+		}
+		n = lo
 	}
 }
 

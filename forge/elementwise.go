@@ -251,11 +251,17 @@ func (t *Tensor) Div(u *Tensor) *Tensor {
 // Pow returns tᵘ elementwise (broadcasting).
 func (t *Tensor) Pow(u *Tensor) *Tensor {
 	return binary(backend.Pow, t, u, func(g, out *Tensor) (ga, gb *Tensor) {
+		// As in PyTorch, the terms are 0 where they are a limit of 0·∞:
+		// d/dt at u = 0, and d/du at t = 0 with u ≥ 0.
+		zero := scalarLike(g, 0)
 		if t.requiresGrad { // u·t^(u−1)
 			ga = g.Mul(u).Mul(binary(backend.Pow, t, u.AddScalar(-1), nil))
+			ga = Where(binary(backend.Eq, u, zero, nil), zero, ga)
 		}
 		if u.requiresGrad { // tᵘ·ln t
 			gb = g.Mul(out).Mul(t.Log())
+			tZero := binary(backend.Eq, t, zero, nil).Mul(binary(backend.Ge, u, zero, nil))
+			gb = Where(tZero, zero, gb)
 		}
 		return
 	})

@@ -25,7 +25,7 @@ func (t *Tensor) MatMul(u *Tensor) *Tensor {
 	// Fold the batch of t into its rows when u is a plain matrix.
 	if t.Dim() > 2 && u.Dim() == 2 && t.IsContiguous() {
 		lead := shapeOf(t.shape[:t.Dim()-1])
-		out := t.Reshape(-1, k).MatMul(u)
+		out := t.Reshape(numel(lead), k).MatMul(u)
 		return out.Reshape(append(lead, n)...)
 	}
 	a, b := matOperand(t), matOperand(u)

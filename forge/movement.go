@@ -414,6 +414,11 @@ func (t *Tensor) IndexSelect(axis int, idx *Tensor) *Tensor {
 	}
 	sameDevice("index_select", t, idx)
 	checkIndices("index_select", idx, t.shape[a], t.shape)
+	return t.indexSelect(a, idx)
+}
+
+// indexSelect is IndexSelect on a checked axis and 1-D in-range indices.
+func (t *Tensor) indexSelect(a int, idx *Tensor) *Tensor {
 	src := t.Contiguous()
 	idx = idx.Contiguous()
 	shape := slices.Clone(t.shape)
@@ -432,8 +437,8 @@ func (t *Tensor) IndexSelect(axis int, idx *Tensor) *Tensor {
 }
 
 // Gather picks along axis: out[..., i, ...] = t[..., idx[..., i, ...], ...]
-// (torch.gather). idx has t's rank; out has idx's shape, and idx may not be
-// larger than t on the other axes.
+// (torch.gather). idx has t's shape on every axis but axis; out has idx's
+// shape.
 func (t *Tensor) Gather(axis int, idx *Tensor) *Tensor {
 	a := t.axis("gather", axis)
 	if idx.Dim() != t.Dim() {

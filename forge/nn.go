@@ -2,7 +2,6 @@ package forge
 
 import (
 	"math"
-	"slices"
 
 	"github.com/forgeml/forge/forge/backend"
 )
@@ -145,7 +144,7 @@ func Embedding(ids, table *Tensor) *Tensor {
 	}
 	sameDevice("embedding", table, ids)
 	checkIndices("embedding", ids, table.shape[0], table.shape)
-	out := table.IndexSelect(0, ids.Reshape(-1))
+	out := table.indexSelect(0, ids.Reshape(-1)) // ids checked above
 	return out.Reshape(append(shapeOf(ids.shape), table.shape[1])...)
 }
 
@@ -314,12 +313,5 @@ func Dropout(x *Tensor, p float64, gen *Generator) *Tensor {
 
 // int32s synchronises and returns the values of a contiguous int32 tensor.
 func (t *Tensor) int32s() []int32 {
-	v := make([]int32, t.Numel())
-	if t.offset == 0 {
-		t.dev.b.Read(t.buf, v)
-		return v
-	}
-	all := make([]int32, t.offset+len(v))
-	t.dev.b.Read(t.buf, all)
-	return slices.Clone(all[t.offset:])
+	return t.Int32s()
 }

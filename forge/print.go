@@ -89,7 +89,8 @@ func (t *Tensor) Stats() Stats {
 		HasGrad: t.grad != nil, RequiresGrad: t.requiresGrad, ParameterName: t.name,
 		Min: math.NaN(), Max: math.NaN(), Mean: math.NaN(), Std: math.NaN()}
 	var sum, sumsq float64
-	for _, x := range t.Float64s() {
+	vals := t.Float64s()
+	for _, x := range vals {
 		switch {
 		case math.IsNaN(x):
 			s.NaN++
@@ -116,7 +117,7 @@ func (t *Tensor) Stats() Stats {
 	}
 	if s.Finite > 0 {
 		s.Mean = sum / float64(s.Finite)
-		for _, x := range t.Float64s() {
+		for _, x := range vals {
 			if !math.IsNaN(x) && !math.IsInf(x, 0) {
 				sumsq += (x - s.Mean) * (x - s.Mean)
 			}

@@ -144,24 +144,35 @@ func (g *Generator) RandInt(lo, hi int, shape ...int) *Tensor {
 	if hi <= lo {
 		panic(errorf("rand_int", "empty range [%d, %d)", lo, hi))
 	}
+	if lo < math.MinInt32 || hi-1 > math.MaxInt32 {
+		panic(errorf("rand_int", "range [%d, %d) does not fit int32", lo, hi))
+	}
 	v := make([]int32, numel(shape))
 	for i := range v {
 		v[i] = int32(lo + g.Intn(hi-lo))
 	}
-	return FromSlice(v, shape...)
+	return exactShape(FromSlice(v, shape...), shape)
+}
+
+// exactShape makes t 0-d when shape is empty (FromSlice makes it 1-D).
+func exactShape(t *Tensor, shape []int) *Tensor {
+	if len(shape) == 0 {
+		return t.Reshape()
+	}
+	return t
 }
 
 // fromFloat64s makes a tensor of dtype dt from float64 host values.
 func fromFloat64s(op string, dt DType, v []float64, shape []int) *Tensor {
 	switch dt {
 	case Float64:
-		return FromSlice(v, shape...)
+		return exactShape(FromSlice(v, shape...), shape)
 	case Float32:
 		f := make([]float32, len(v))
 		for i, x := range v {
 			f[i] = float32(x)
 		}
-		return FromSlice(f, shape...)
+		return exactShape(FromSlice(f, shape...), shape)
 	}
 	panic(errorf(op, "needs a float dtype, got %v", dt))
 }

@@ -115,6 +115,7 @@ type Tensor struct {
 
 // newTensor allocates a contiguous tensor on dev.
 func newTensor(dev *Device, dt DType, shape []int) *Tensor {
+	checkShape("alloc", shape)
 	shape = slices.Clone(shape)
 	n := numel(shape)
 	return &Tensor{

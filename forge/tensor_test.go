@@ -203,3 +203,34 @@ func TestKernelObserver(t *testing.T) {
 		t.Error("observer still called after removal")
 	}
 }
+
+func TestEdgeCasesFromReview(t *testing.T) {
+	// Pow's gradient is 0, not NaN, where PyTorch defines it so.
+	x := FromSlice([]float64{0, 0, 2}).RequiresGrad()
+	e := FromSlice([]float64{2, 0, 0}).RequiresGrad()
+	x.Pow(e).Sum().Backward()
+	gx, ge := x.Grad().Float64s(), e.Grad().Float64s()
+	if gx[0] != 0 || gx[1] != 0 || gx[2] != 0 || ge[0] != 0 || ge[1] != 0 || math.Abs(ge[2]-math.Ln2) > 1e-15 {
+		t.Errorf("pow grads %v %v, want [0 0 0] [0 0 ln2]", gx, ge)
+	}
+	// A batched product with K = 0 is zeros.
+	if s := Zeros(2, 3, 0).MatMul(Zeros(0, 4)).Shape(); !equalShape(s, []int{2, 3, 4}) {
+		t.Errorf("K=0 matmul shape %v", s)
+	}
+	// Shapes too large fail with an error, not a crash.
+	for _, f := range []func(){func() { Zeros(1<<62, 4) }, func() { Zeros(1 << 45) }, func() { Randn(1<<32, 1<<32) }} {
+		var fe *Error
+		if err := Try(f); !errors.As(err, &fe) {
+			t.Errorf("huge shape: %v", err)
+		}
+	}
+	if err := Try(func() { RandInt(1<<32, 1<<32+5, 4) }); err == nil {
+		t.Error("RandInt outside int32 accepted")
+	}
+	// No shape means 0-d, as for Zeros.
+	for _, r := range []*Tensor{Randn(), Rand(), RandInt(0, 3), Zeros()} {
+		if r.Dim() != 0 {
+			t.Errorf("no-shape tensor has shape %v", r.Shape())
+		}
+	}
+}
