@@ -38,9 +38,9 @@ package cpu
 // parallel over (b, h, query block). Results do not depend on the number of
 // workers.
 //
-// Cost: the exponentials, one scalar Go loop iteration each (~4 ns on Zen 4;
-// Go does not vectorise), are about half the forward's time at D = 32 and
-// D = 64 with OpenBLAS doing the products; a vectorised exp is the next win.
+// Cost: the exponentials go through the vector exp kernel of exp.go (a
+// fraction of a nanosecond each; a scalar Go loop took ~4 ns and was half
+// the forward's time at D = 32 and D = 64 with OpenBLAS doing the products).
 // Query blocks of 32 rows measured best (16, 48, 64 and 128 were tried):
 // larger blocks waste more of the causal diagonal block, smaller ones make
 // the products too thin for BLAS.
@@ -286,58 +286,19 @@ func probsAndScoreGrad[T Float](p, d []T, n int, lse, delta float64) {
 
 // expShifted overwrites x[j] with e^(x[j] − shift) and returns the sum of
 // the results before rounding to T. Arguments are ≤ 0 up to rounding (shift
-// is the row maximum or the row's lse).
-//
-// float64 uses math.Exp (within an ulp). float32 uses the loop below, about
-// 2.5 times faster, with a relative error below 1e-9 — a sixtieth of a
-// float32 ulp — before the final rounding: with N = 32, k = round(x·N/ln2),
-// x = k·ln2/N + r with |r| ≤ ln2/2N ≈ 0.011, and eˣ = 2^⌊k/N⌋ · 2^((k mod N)/N)
-// · eʳ, the middle factor from a table and eʳ by its cubic Taylor polynomial
-// (error r⁴/24 < 6e-10). Arguments below −708 are raised to −708, whose
-// exponential (3e-308) rounds to 0 in float32; NaN propagates. The code is
-// written into the loop because the Go compiler will not inline it.
+// is the row maximum or the row's lse). float64 uses math.Exp (within an
+// ulp); float32 the exp kernel of exp.go (float64 inside, one rounding).
 func expShifted[T Float](x []T, shift float64) (sum float64) {
-	if !isFloat32[T]() {
-		for j, v := range x {
-			e := math.Exp(float64(v) - shift)
-			x[j] = T(e)
-			sum += e
-		}
-		return sum
+	if isFloat32[T]() {
+		return expShiftSum32(asF32(x), asF32(x), shift, 1)
 	}
-	const (
-		invLn2N = expTableSize / math.Ln2
-		ln2N    = math.Ln2 / expTableSize
-		shifter = 0x1.8p52 // t + shifter rounds t to an integer in the low bits
-	)
 	for j, v := range x {
-		a := float64(v) - shift
-		if a < -708 {
-			a = -708
-		}
-		t := a*invLn2N + shifter
-		k := int64(math.Float64bits(t) - math.Float64bits(shifter)) // round(a·N/ln2)
-		r := a - (t-shifter)*ln2N
-		p := 1 + r*(1+r*(1.0/2+r*(1.0/6)))
-		e := p * math.Float64frombits(math.Float64bits(expTable[k&(expTableSize-1)])+uint64(k>>expTableBits)<<52)
+		e := math.Exp(float64(v) - shift)
 		x[j] = T(e)
 		sum += e
 	}
 	return sum
 }
-
-const (
-	expTableBits = 5
-	expTableSize = 1 << expTableBits
-)
-
-// expTable[i] = 2^(i/32).
-var expTable = func() (t [expTableSize]float64) {
-	for i := range t {
-		t[i] = math.Exp2(float64(i) / expTableSize)
-	}
-	return t
-}()
 
 // isFloat32 reports whether T is float32.
 func isFloat32[T Float]() bool {

@@ -14,8 +14,10 @@ import (
 // Rows whose target equals ignore have loss 0 and gradient 0.
 
 // ceBlock is the run of logits whose max is taken before their exponentials
-// are summed: the running sum is rescaled at most once per block.
-const ceBlock = 32
+// are summed: the running sum is rescaled at most once per block. A block
+// stays in L1 between its two passes and is long enough to keep the exp
+// kernel's per-call cost small.
+const ceBlock = 256
 
 // CrossEntropy writes loss (N), −log softmax(logits)[target] or 0 where
 // target == ignore, and lse (N), the log-sum-exp of every row.

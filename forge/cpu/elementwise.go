@@ -18,10 +18,10 @@ package cpu
 // map, gradients of transcendental functions) is computed in float64 from
 // the float32 inputs and rounded once, so float32 results are within about
 // one ulp of the exact value. The exp-based ops (exp, tanh, sigmoid, SiLU,
-// GELU-tanh and their gradients) take e^x for float32 from expSlice, a
-// table-driven float64 exp with a relative error near 1e-14, which is
-// about twice as fast as math.Exp (five times for tanh) and rounds to the
-// same float32. Float64 uses the math package throughout.
+// GELU-tanh and the SiLU and GELU-tanh gradients) run for float32 in the
+// fused slice kernels of exp.go (AVX-512 or AVX2 assembly on amd64), which
+// compute e^x to ~5e-16 and the formula in float64 and round once, like the
+// loops below. Float64 uses the math package throughout.
 
 import (
 	"fmt"
@@ -595,7 +595,8 @@ func ewIsF32[T Float]() bool {
 	return ok
 }
 
-// usesExp32 reports whether op's float32 kernel goes through expSlice.
+// usesExp32 reports whether op's float32 kernel is one of the fused exp
+// kernels of exp.go.
 func usesExp32(op backend.UnaryOp) bool {
 	switch op {
 	case backend.Exp, backend.Tanh, backend.Sigmoid, backend.SiLU, backend.GELUTanh:
@@ -604,138 +605,34 @@ func usesExp32(op backend.UnaryOp) bool {
 	return false
 }
 
-// expChunk is the number of elements the float32 exp-based kernels hand to
-// expSlice at a time (a float64 buffer on the stack).
-const expChunk = 256
-
-// unaryExp32 computes the exp-based ops for float32 (T is float32), a chunk
-// at a time: stage the argument of exp in float64, exponentiate the chunk,
-// finish the formula.
+// unaryExp32 computes the exp-based ops for float32 (T is float32) with the
+// slice kernels of exp.go: e^x in float64, the op's formula in float64 (as
+// in unaryKernel), one rounding to float32.
 func unaryExp32[T Float](op backend.UnaryOp, d, x []T) {
-	var buf [expChunk]float64
-	for j := 0; j < len(d); j += expChunk {
-		dd := d[j:min(j+expChunk, len(d))]
-		xx := x[j : j+len(dd)]
-		t := buf[:len(dd)]
-		switch op {
-		case backend.Exp:
-			for i := range t {
-				t[i] = float64(xx[i])
-			}
-			expSlice(t)
-			for i := range dd {
-				dd[i] = T(t[i])
-			}
-		case backend.Sigmoid, backend.SiLU:
-			for i := range t {
-				t[i] = -float64(xx[i])
-			}
-			expSlice(t)
-			if op == backend.Sigmoid {
-				for i := range dd {
-					dd[i] = T(1 / (1 + t[i]))
-				}
-			} else {
-				for i := range dd {
-					dd[i] = T(float64(xx[i]) / (1 + t[i]))
-				}
-			}
-		case backend.GELUTanh: // x·sigmoid(2u)
-			for i := range t {
-				v := float64(xx[i])
-				t[i] = -2 * geluK * (v + geluC*v*v*v)
-			}
-			expSlice(t)
-			for i := range dd {
-				dd[i] = T(float64(xx[i]) / (1 + t[i]))
-			}
-		case backend.Tanh:
-			// tanh|x| = 1 − 2/(1 + e^(2|x|)); near 0, where that cancels, the
-			// Taylor series to x⁷ (error below 1e-13 relative for |x| < 1/32).
-			for i := range t {
-				t[i] = 2 * math.Abs(float64(xx[i]))
-			}
-			expSlice(t)
-			for i := range dd {
-				v := float64(xx[i])
-				if math.Abs(v) < 1.0/32 {
-					v2 := v * v
-					dd[i] = T(v * (1 - v2*(1.0/3-v2*(2.0/15-v2*(17.0/315)))))
-				} else {
-					dd[i] = T(math.Copysign(1-2/(1+t[i]), v))
-				}
-			}
-		}
+	dd, xx := asF32(d), asF32(x)
+	switch op {
+	case backend.Exp:
+		expShiftSum32(dd, xx, 0, 1)
+	case backend.Sigmoid:
+		sigmoid32(sigSigmoid, dd, xx, nil)
+	case backend.SiLU:
+		sigmoid32(sigSiLU, dd, xx, nil)
+	case backend.GELUTanh: // x·sigmoid(2u)
+		sigmoid32(sigGELUTanh, dd, xx, nil)
+	case backend.Tanh:
+		// tanh|x| = 1 − 2/(1 + e^(2|x|)); near 0, where that cancels, the
+		// Taylor series to x⁷ (error below 1e-13 relative for |x| < 1/32).
+		sigmoid32(sigTanh, dd, xx, nil)
 	}
 }
 
 // unaryGradExp32 computes the SiLU and GELU-tanh gradients for float32
-// through expSlice (the formulas of unaryGradKernel).
+// (the formulas of unaryGradKernel) with sigmoid32.
 func unaryGradExp32[T Float](op backend.UnaryOp, dx, x, g []T) {
-	var buf [expChunk]float64
-	for j := 0; j < len(dx); j += expChunk {
-		dd := dx[j:min(j+expChunk, len(dx))]
-		xx, gg := x[j:j+len(dd)], g[j:j+len(dd)]
-		t := buf[:len(dd)]
-		if op == backend.SiLU {
-			for i := range t {
-				t[i] = -float64(xx[i])
-			}
-			expSlice(t)
-			for i := range dd {
-				v := float64(xx[i])
-				sg := 1 / (1 + t[i])
-				dd[i] = T(float64(gg[i]) * sg * (1 + v*(1-sg)))
-			}
-			continue
-		}
-		for i := range t {
-			v := float64(xx[i])
-			t[i] = -2 * geluK * (v + geluC*v*v*v)
-		}
-		expSlice(t)
-		for i := range dd {
-			v := float64(xx[i])
-			sg := 1 / (1 + t[i])
-			dd[i] = T(float64(gg[i]) * (sg + 2*v*sg*(1-sg)*geluK*(1+3*geluC*v*v)))
-		}
-	}
-}
-
-// Constants of expSlice: e^x = 2^(k/32) · e^r with k = round(32x/ln 2) and
-// |r| ≤ ln2/64, e^r from its Taylor polynomial to r⁵ (truncation error
-// below r⁶/720 < 3e-15).
-const (
-	expTabBits = 5
-	expTabLen  = 1 << expTabBits
-	expRound   = 0x1.8p52 // adding it rounds a float64 below 2^51 to an integer
-)
-
-// exp2Tab[i] = 2^(i/32).
-var exp2Tab = func() (t [expTabLen]float64) {
-	for i := range t {
-		t[i] = math.Exp2(float64(i) / expTabLen)
-	}
-	return t
-}()
-
-// expSlice replaces every x[i] by e^x[i]. Its relative error is about 1e-14:
-// made for float32 results, not float64 ones. Arguments outside
-// [−708, 709] (where the scaling by 2^(k/32) would leave the normal range),
-// ±Inf and NaN go to math.Exp.
-func expSlice(x []float64) {
-	for i, v := range x {
-		if !(v >= -708 && v <= 709) {
-			x[i] = math.Exp(v)
-			continue
-		}
-		t := v*(expTabLen/math.Ln2) + expRound
-		k := int64(math.Float64bits(t) - math.Float64bits(expRound))
-		r := v - (t-expRound)*(math.Ln2/expTabLen)
-		p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120)))))
-		// 2^(k/32) = 2^(k>>5) · 2^((k&31)/32): add k>>5 to the exponent field.
-		s := math.Float64frombits(math.Float64bits(exp2Tab[k&(expTabLen-1)]) + uint64(k>>expTabBits)<<52)
-		x[i] = s * p
+	if op == backend.SiLU {
+		sigmoid32(sigSiLUGrad, asF32(dx), asF32(x), asF32(g))
+	} else {
+		sigmoid32(sigGELUGrad, asF32(dx), asF32(x), asF32(g))
 	}
 }
 

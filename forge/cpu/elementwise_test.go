@@ -453,46 +453,6 @@ func TestUnarySpecialValues(t *testing.T) {
 	}
 }
 
-// TestExpSlice checks the float32 kernels' exp against math.Exp over the
-// whole float64 range, the special values, and that its float32 rounding
-// matches math.Exp's almost always.
-func TestExpSlice(t *testing.T) {
-	rng := rand.New(rand.NewSource(9))
-	const n = 1 << 20
-	xs := make([]float64, n)
-	for i := range xs {
-		switch i % 3 {
-		case 0:
-			xs[i] = 1500*rng.Float64() - 750
-		case 1:
-			xs[i] = 210*rng.Float64() - 110
-		default:
-			xs[i] = float64(float32(20*rng.Float64() - 10))
-		}
-	}
-	xs = append(xs, math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 708, -708, 709, 709.5, -745, -746,
-		math.Ln2/64, -math.Ln2/64, math.SmallestNonzeroFloat64, 88.72283935546875, -103.97)
-	got := append([]float64(nil), xs...)
-	expSlice(got)
-	worst, flips := 0.0, 0
-	for i, x := range xs {
-		want := math.Exp(x)
-		if !ewClose(got[i], want, 2e-13, 0) {
-			t.Errorf("expSlice(%v) = %v, want %v", x, got[i], want)
-		}
-		if want != 0 && !math.IsInf(want, 0) && !math.IsNaN(want) {
-			worst = max(worst, math.Abs(got[i]-want)/want)
-		}
-		if float32(got[i]) != float32(want) {
-			flips++
-		}
-	}
-	if flips > len(xs)/100000 {
-		t.Errorf("float32 rounding differs from math.Exp's in %d of %d cases", flips, len(xs))
-	}
-	t.Logf("worst relative error %.2g; float32 roundings that differ: %d of %d", worst, flips, len(xs))
-}
-
 // ---------------------------------------------------------------------------
 // UnaryGrad
 

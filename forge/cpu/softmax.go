@@ -14,9 +14,15 @@ import (
 // only the final value is rounded back, so float32 results are as accurate as
 // one rounding allows and agree with PyTorch's float32 kernels to ~1e-7.
 
+// rowExpBlock is the length of the stack buffers that row kernels stage
+// float64 exponentials in.
+const rowExpBlock = 256
+
 // expCost weights an element whose update needs an exponential when telling
-// parallelFor how much work a row is: exp costs about as much as copying
-// several cache lines.
+// parallelFor how much work a row is. The float32 exp kernels of exp.go
+// take well under a nanosecond an element, but the row loops around them
+// (max, scaling) and the float64 path's math.Exp keep a row element worth
+// several memory touches.
 const expCost = 8
 
 // rowDims views a contiguous tensor as rows of its last axis: n rows of c
@@ -94,35 +100,6 @@ func checkFloat(kernel string, dt backend.DType, views ...backend.View) {
 	}
 }
 
-// rowExpTable[j] holds the bits of 2^(j/64).
-var rowExpTable = func() (t [64]uint64) {
-	for j := range t {
-		t[j] = math.Float64bits(math.Exp2(float64(j) / 64))
-	}
-	return t
-}()
-
-// expFast returns e^x with a relative error below 1e-13, far under float32
-// rounding (6e-8); the float32 kernels use it in place of math.Exp, which is
-// about 1.7× slower. It writes x = (64k + j)·ln2/64 + r with |r| ≤ ln2/128,
-// so e^x = 2^k · 2^(j/64) · e^r with e^r from a degree-4 Taylor polynomial
-// (error r⁵/120 < 4e-14). NaN propagates; arguments are clamped to
-// [−708, 709], so e^−∞ gives 3e-308 (0 once rounded to float32) and overflow
-// saturates near 8e307 (+Inf once rounded to float32). It inlines.
-func expFast(x float64) float64 {
-	const round = 6755399441055744.0 // 1.5·2^52: adding it rounds to an integer
-	if x < -708 {
-		x = -708
-	}
-	if x > 709 {
-		x = 709
-	}
-	kf := (x*(64*math.Log2E) + round) - round
-	r := (x - kf*(6.93147180369123816490e-01/64)) - kf*(1.90821492927058770002e-10/64)
-	k := int64(kf)
-	return (1 + r*(1+r*(0.5+r*(1.0/6+r*(1.0/24))))) * math.Float64frombits(rowExpTable[k&63]+uint64(k>>6)<<52)
-}
-
 // rowMax returns max_j x_j in float64 (−Inf for an empty row). NaNs are
 // skipped here; they reach the result through the exponentials.
 func rowMax[T Float](x []T) float64 {
@@ -135,15 +112,25 @@ func rowMax[T Float](x []T) float64 {
 	return float64(m)
 }
 
-// sumExpShift returns Σ_j exp(x_j − m) in float64.
-func sumExpShift[T Float](x []T, m float64) float64 {
-	s := 0.0
-	if isF32[T]() {
-		for _, v := range x {
-			s += expFast(float64(v) - m)
+// rowArgMax returns max_j x_j in float64 and the first j where it is
+// reached (−Inf and −1 for an empty row or one of NaNs only).
+func rowArgMax[T Float](x []T) (float64, int) {
+	m, jm := T(math.Inf(-1)), -1
+	for j, v := range x {
+		if v > m || jm < 0 && v == m {
+			m, jm = v, j
 		}
-		return s
 	}
+	return float64(m), jm
+}
+
+// sumExpShift returns Σ_j exp(x_j − m) in float64 (float32 through the
+// exp kernel of exp.go, float64 through math.Exp).
+func sumExpShift[T Float](x []T, m float64) float64 {
+	if isF32[T]() {
+		return expShiftSum32(nil, asF32(x), m, 1)
+	}
+	s := 0.0
 	for _, v := range x {
 		s += math.Exp(float64(v) - m)
 	}
@@ -154,15 +141,10 @@ func sumExpShift[T Float](x []T, m float64) float64 {
 // float64 (the unrounded values). y and x may be the same slice.
 func expShiftScale[T Float](y, x []T, m, a float64) float64 {
 	y = y[:len(x)]
-	s := 0.0
 	if isF32[T]() {
-		for j, v := range x {
-			e := expFast(float64(v) - m)
-			s += e
-			y[j] = T(a * e)
-		}
-		return s
+		return expShiftSum32(asF32(y), asF32(x), m, a)
 	}
+	s := 0.0
 	for j, v := range x {
 		e := math.Exp(float64(v) - m)
 		s += e
@@ -220,9 +202,17 @@ func softmaxForward[T Float](y, x []T) {
 //
 // x_j − m is exact for the largest entries, so an output near 0 keeps its
 // relative precision even when |m| is large (m + log s would round it away).
+// For the same reason the log is taken as log1p of the sum without the
+// first maximal entry (whose term is exactly 1): log s for s = 1 + ε would
+// leave −ε, a confident row's top output, with only ~1e-16 absolute
+// precision, and make it depend on the order of the additions.
 func logSoftmaxForward[T Float](y, x []T) {
-	m := rowMax(x)
-	ls := math.Log(sumExpShift(x, m))
+	m, jm := rowArgMax(x)
+	rest := math.NaN() // a +Inf entry, or only −Inf or NaN: NaN as in PyTorch
+	if !math.IsInf(m, 0) {
+		rest = sumExpShift(x[:jm], m) + sumExpShift(x[jm+1:], m)
+	}
+	ls := math.Log1p(rest)
 	for j, v := range x {
 		y[j] = T((float64(v) - m) - ls)
 	}
@@ -277,8 +267,14 @@ func logSoftmaxBackward[T Float](dx, y, dy []T) {
 	s := sumRow(dy)
 	dx = dx[:len(y)]
 	if isF32[T]() {
-		for j, v := range y {
-			dx[j] = T(float64(dy[j]) - expFast(float64(v))*s)
+		var e [rowExpBlock]float64
+		for lo := 0; lo < len(y); lo += rowExpBlock {
+			yb := y[lo:min(lo+rowExpBlock, len(y))]
+			eb := e[:len(yb)]
+			expShift64(eb, asF32(yb), 0)
+			for j, v := range eb {
+				dx[lo+j] = T(float64(dy[lo+j]) - v*s)
+			}
 		}
 		return
 	}
