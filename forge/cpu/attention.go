@@ -289,7 +289,7 @@ func probsAndScoreGrad[T Float](p, d []T, n int, lse, delta float64) {
 // is the row maximum or the row's lse). float64 uses math.Exp (within an
 // ulp); float32 the exp kernel of exp.go (float64 inside, one rounding).
 func expShifted[T Float](x []T, shift float64) (sum float64) {
-	if isFloat32[T]() {
+	if isF32[T]() {
 		return expShiftSum32(asF32(x), asF32(x), shift, 1)
 	}
 	for j, v := range x {
@@ -300,17 +300,10 @@ func expShifted[T Float](x []T, shift float64) (sum float64) {
 	return sum
 }
 
-// isFloat32 reports whether T is float32.
-func isFloat32[T Float]() bool {
-	var z T
-	_, ok := any(z).(float32)
-	return ok
-}
-
 // minFinite is the most negative finite value of T: the lse of a row that
 // sees no key.
 func minFinite[T Float]() T {
-	if isFloat32[T]() {
+	if isF32[T]() {
 		return T(-math.MaxFloat32)
 	}
 	m := -math.MaxFloat64 // a variable: the constant does not convert to float32

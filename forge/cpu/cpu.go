@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
 )
@@ -140,6 +141,13 @@ func i32(v backend.View) []int32   { return buf(v).I32[v.Offset:] }
 // Float is the element constraint of the float kernels.
 type Float interface{ ~float32 | ~float64 }
 
+// isF32 reports whether T is float32 (as opposed to float64).
+func isF32[T Float]() bool {
+	var z T
+	_, ok := any(z).(float32)
+	return ok
+}
+
 // floats returns v's slice (from its offset) as []T; T must match the dtype.
 func floats[T Float](v backend.View) []T {
 	var z T
@@ -196,6 +204,52 @@ func parallelFor(workers, n, cost int, fn func(lo, hi int)) {
 		}(lo, min(lo+chunk, n))
 	}
 	fn(0, min(chunk, n))
+	wg.Wait()
+}
+
+// parallelRows runs fn over [0, n) like parallelFor, for loops whose calls
+// are independent of how [0, n) is cut (each index's result depends on
+// that index only), but deals out short chunks, of about minGrain/2
+// elements touched and at least four per worker, in order from a shared
+// counter: the calling goroutine starts on them at once and a helper takes
+// the next one whenever it runs. A helper goroutine can take tens of
+// microseconds to be scheduled on an idle core (far longer in some virtual
+// machines), and with one fixed half each the caller would wait that long
+// for it; here the caller does the work the helper has not begun, so a
+// short job costs no more than on one worker.
+func (b *Backend) parallelRows(n, cost int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	cost = max(cost, 1)
+	w := b.workers
+	if total := n * cost; total < 2*minGrain {
+		w = 1
+	} else if c := total / minGrain; c < w {
+		w = c
+	}
+	if w = min(w, n); w <= 1 {
+		fn(0, n)
+		return
+	}
+	chunk := max(1, min(minGrain/2/cost, n/(4*w)))
+	chunks := int64((n + chunk - 1) / chunk)
+	var next atomic.Int64
+	run := func() {
+		for k := next.Add(1) - 1; k < chunks; k = next.Add(1) - 1 {
+			lo := int(k) * chunk
+			fn(lo, min(lo+chunk, n))
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(w - 1)
+	for range w - 1 {
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	run()
 	wg.Wait()
 }
 

@@ -51,7 +51,7 @@ func ceTargets(kernel string, targets backend.View, n, v, ignore int) []int32 {
 func crossEntropyRows[T Float](b *Backend, loss, lse, logits backend.View, tg []int32, n, v, ignore int) {
 	xs := floats[T](logits)[:n*v]                         // (N, V)
 	ls, es := optFloats[T](loss, n), optFloats[T](lse, n) // (N) or nil
-	b.parallelFor(n, expCost*v, func(lo, hi int) {
+	b.parallelRows(n, expCost*v, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			l, e := crossEntropyForward(xs[r*v:(r+1)*v], int(tg[r]), ignore)
 			if ls != nil {
@@ -116,7 +116,7 @@ func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.Vie
 func crossEntropyBackwardRows[T Float](b *Backend, dlogits, logits, lse backend.View, tg []int32, n, v, ignore int, scale, halfUlp float64) {
 	xs, ds := floats[T](logits)[:n*v], floats[T](dlogits)[:n*v] // (N, V)
 	es := floats[T](lse)[:n]                                    // (N)
-	b.parallelFor(n, expCost*v, func(lo, hi int) {
+	b.parallelRows(n, expCost*v, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			dr := ds[r*v : (r+1)*v]
 			if int(tg[r]) == ignore {
@@ -150,10 +150,7 @@ func crossEntropyBackward[T Float](dl, x []T, lse float64, t int, scale, halfUlp
 		return
 	}
 	if math.Abs(s-1) > halfUlp {
-		inv := 1 / s
-		for j, g := range dl {
-			dl[j] = T(float64(g) * inv)
-		}
+		scaleRow(dl, dl, 1/s)
 	}
 	dl[t] = T(scale * (math.Exp(xt-lse)/s - 1))
 }

@@ -221,7 +221,7 @@ func unary[T Float](b *Backend, op backend.UnaryOp, s backend.Scalars, dst, src 
 // unaryKernel computes d[i] = op(x[i]) for contiguous slices; len(x) ≥ len(d).
 func unaryKernel[T Float](op backend.UnaryOp, s backend.Scalars, d, x []T) {
 	x = x[:len(d)]
-	if ewIsF32[T]() && usesExp32(op) {
+	if isF32[T]() && usesExp32(op) {
 		unaryExp32(op, d, x)
 		return
 	}
@@ -438,7 +438,7 @@ func unaryGrad[T Float](b *Backend, op backend.UnaryOp, s backend.Scalars, dxv, 
 func unaryGradKernel[T Float](op backend.UnaryOp, s backend.Scalars, dx, x, y, g []T) {
 	n := len(dx)
 	x, y, g = x[:n], y[:n], g[:n]
-	if ewIsF32[T]() && (op == backend.SiLU || op == backend.GELUTanh) {
+	if isF32[T]() && (op == backend.SiLU || op == backend.GELUTanh) {
 		unaryGradExp32(op, dx, x, g)
 		return
 	}
@@ -587,13 +587,6 @@ func powScalarGrad[T Float](dx, x, g []T, a float64) {
 
 // ---------------------------------------------------------------------------
 // Float32 exp-based ops
-
-// ewIsF32 reports whether T is float32.
-func ewIsF32[T Float]() bool {
-	var z T
-	_, ok := any(z).(float32)
-	return ok
-}
 
 // usesExp32 reports whether op's float32 kernel is one of the fused exp
 // kernels of exp.go.

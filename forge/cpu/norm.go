@@ -74,7 +74,7 @@ func layerNormRows[T Float](b *Backend, y, mean, rstd, x, w, bias backend.View, 
 	xs, ys := floats[T](x)[:n*c], floats[T](y)[:n*c]       // (N, C)
 	ws, bs := optFloats[T](w, c), optFloats[T](bias, c)    // (C) or nil
 	ms, rs := optFloats[T](mean, n), optFloats[T](rstd, n) // (N) or nil
-	b.parallelFor(n, 2*c, func(lo, hi int) {
+	b.parallelRows(n, 2*c, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			mu, rinv := layerNormForward(ys[r*c:(r+1)*c], xs[r*c:(r+1)*c], ws, bs, eps)
 			if ms != nil {
@@ -159,7 +159,7 @@ func layerNormBackwardRows[T Float](b *Backend, dx, dw, db, dy, x, w, mean, rstd
 	if dbs != nil {
 		pb = make([]float64, nb*c)
 	}
-	b.parallelFor(nb, rb*3*c, func(lo, hi int) {
+	b.parallelRows(nb, rb*3*c, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
 			var kw, kb []float64
 			if pw != nil {
@@ -313,7 +313,7 @@ func rmsNormRows[T Float](b *Backend, y, rstd, x, w backend.View, eps float64) {
 	xs, ys := floats[T](x)[:n*c], floats[T](y)[:n*c] // (N, C)
 	ws := optFloats[T](w, c)                         // (C) or nil
 	rs := optFloats[T](rstd, n)                      // (N) or nil
-	b.parallelFor(n, 2*c, func(lo, hi int) {
+	b.parallelRows(n, 2*c, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			rinv := rmsNormForward(ys[r*c:(r+1)*c], xs[r*c:(r+1)*c], ws, eps)
 			if rs != nil {
@@ -330,6 +330,14 @@ func rmsNormForward[T Float](y, x, w []T, eps float64) (rstd float64) {
 	c := len(x)
 	rstd = 1 / math.Sqrt(dotRow(x, x)/float64(c)+eps)
 	y = y[:c]
+	if isF32[T]() {
+		if w == nil {
+			scale32(asF32(y), asF32(x), rstd)
+		} else {
+			scaleMul32(asF32(y), asF32(x), asF32(w), rstd)
+		}
+		return rstd
+	}
 	if w == nil {
 		for j, v := range x {
 			y[j] = T(float64(v) * rstd)
@@ -368,7 +376,7 @@ func rmsNormBackwardRows[T Float](b *Backend, dx, dw, dy, x, w, rstd backend.Vie
 	if dws != nil {
 		pw = make([]float64, nb*c)
 	}
-	b.parallelFor(nb, rb*3*c, func(lo, hi int) {
+	b.parallelRows(nb, rb*3*c, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
 			var kw []float64
 			if pw != nil {

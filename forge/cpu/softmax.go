@@ -19,7 +19,7 @@ import (
 const rowExpBlock = 256
 
 // expCost weights an element whose update needs an exponential when telling
-// parallelFor how much work a row is. The float32 exp kernels of exp.go
+// parallelRows how much work a row is. The float32 exp kernels of exp.go
 // take well under a nanosecond an element, but the row loops around them
 // (max, scaling) and the float64 path's math.Exp keep a row element worth
 // several memory touches.
@@ -46,6 +46,9 @@ func rowDims(v backend.View) (n, c int) {
 
 // dotRow returns Σ_j a_j·b_j.
 func dotRow[T Float](a, b []T) float64 {
+	if isF32[T]() {
+		return dot32(asF32(a), asF32(b))
+	}
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float64
 	j := 0
@@ -79,13 +82,6 @@ func sumRow[T Float](a []T) float64 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// isF32 reports whether T is float32 (as opposed to float64).
-func isF32[T Float]() bool {
-	var z T
-	_, ok := any(z).(float32)
-	return ok
-}
-
 // checkFloat panics unless every view with a buffer has dtype dt: a float32
 // view handed to a float64 kernel would otherwise fail with a bare slice
 // error. kernel names the op in the message.
@@ -103,6 +99,9 @@ func checkFloat(kernel string, dt backend.DType, views ...backend.View) {
 // rowMax returns max_j x_j in float64 (−Inf for an empty row). NaNs are
 // skipped here; they reach the result through the exponentials.
 func rowMax[T Float](x []T) float64 {
+	if isF32[T]() {
+		return float64(rowMax32(asF32(x)))
+	}
 	m := T(math.Inf(-1))
 	for _, v := range x {
 		if v > m {
@@ -113,8 +112,19 @@ func rowMax[T Float](x []T) float64 {
 }
 
 // rowArgMax returns max_j x_j in float64 and the first j where it is
-// reached (−Inf and −1 for an empty row or one of NaNs only).
+// reached (−Inf and −1 for an empty row or one of NaNs only). A float32
+// row takes the max first and then looks for its first occurrence (both
+// passes vectorised or cheap), which finds the same j and value.
 func rowArgMax[T Float](x []T) (float64, int) {
+	if isF32[T]() {
+		m := rowMax(x)
+		for j, v := range x {
+			if float64(v) == m {
+				return float64(v), j
+			}
+		}
+		return m, -1
+	}
 	m, jm := T(math.Inf(-1)), -1
 	for j, v := range x {
 		if v > m || jm < 0 && v == m {
@@ -170,7 +180,7 @@ func (b *Backend) Softmax(y, x backend.View, log bool) {
 func softmaxRows[T Float](b *Backend, y, x backend.View, log bool) {
 	n, c := rowDims(x)
 	xs, ys := floats[T](x)[:n*c], floats[T](y)[:n*c] // (N, C)
-	b.parallelFor(n, expCost*c, func(lo, hi int) {
+	b.parallelRows(n, expCost*c, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, yr := xs[r*c:(r+1)*c], ys[r*c:(r+1)*c]
 			if log {
@@ -190,9 +200,19 @@ func softmaxRows[T Float](b *Backend, y, x backend.View, log bool) {
 func softmaxForward[T Float](y, x []T) {
 	m := rowMax(x)
 	s := expShiftScale(y, x, m, 1)
-	inv := 1 / s
-	for j, v := range y {
-		y[j] = T(float64(v) * inv)
+	scaleRow(y, y, 1/s)
+}
+
+// scaleRow writes y_j = x_j·a, the product in float64 and rounded once.
+// y may be x.
+func scaleRow[T Float](y, x []T, a float64) {
+	if isF32[T]() {
+		scale32(asF32(y), asF32(x), a)
+		return
+	}
+	y = y[:len(x)]
+	for j, v := range x {
+		y[j] = T(float64(v) * a)
 	}
 }
 
@@ -235,7 +255,7 @@ func softmaxBackwardRows[T Float](b *Backend, dx, y, dy backend.View, log bool) 
 	if log {
 		cost = expCost * c
 	}
-	b.parallelFor(n, cost, func(lo, hi int) {
+	b.parallelRows(n, cost, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			yr, gr, dr := ys[r*c:(r+1)*c], dys[r*c:(r+1)*c], dxs[r*c:(r+1)*c]
 			if log {
