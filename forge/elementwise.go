@@ -343,7 +343,7 @@ func (t *Tensor) MaskedFill(mask *Tensor, v float64) *Tensor {
 	return Where(mask, scalarLike(t, v), t)
 }
 
-// Lerp-free helpers used by other files.
+// Helpers used by other files.
 
 // addInto adds g into dst in place (no graph).
 func addInto(dst, g *Tensor) {
