@@ -12,10 +12,12 @@ run: setup
 
 # The full test run, as CI does it: lint, the darwin cross-build, every
 # package's tests on the CPU backend, and the backend suite again with the
-# pure-Go matmul (no BLAS).
+# pure-Go matmul (no BLAS), and a one-round smoke run of the benchmark tool
+# so it cannot rot.
 test: setup lint check-darwin
 	$(GO) test ./...
 	FORGE_BLAS=off $(GO) test ./forge/cpu/ ./forge/forgetest/
+	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
 
 test-fast:
 	$(GO) test ./...
