@@ -146,6 +146,8 @@ func attentionForward[T Float](b *Backend, s *attnShape, out, lse, q, k, v []T) 
 	b.parallelFor(B*H*nqb, cost, func(lo, hi int) {
 		sp := make([]T, bq0*Tk)     // (bq, nk) scores, then probabilities
 		inv := make([]float64, bq0) // (bq) 1/l
+		kt := make([]T, D*Tk)       // (D, Tk) Kᵀ of the kv head ktOf
+		ktOf := -1
 		for t := lo; t < hi; t++ {
 			bh, qb := t/nqb, t%nqb // bh = b·H + h
 			kvo := (bh/H*s.Hkv + bh%H/G) * Tk * D
@@ -163,10 +165,13 @@ func attentionForward[T Float](b *Backend, s *attnShape, out, lse, q, k, v []T) 
 				continue
 			}
 			qb_ := q[qo : qo+bq*D]  // (bq, D)
-			kb := k[kvo : kvo+nk*D] // (nk, D)
 			vb := v[kvo : kvo+nk*D] // (nk, D)
 			p := sp[:bq*nk]         // (bq, nk)
-			gemm(false, true, bq, nk, D, T(s.scale), qb_, D, kb, D, 0, p, nk)
+			if ktOf != kvo {
+				transposeInto(kt, k[kvo:kvo+Tk*D], Tk, D)
+				ktOf = kvo
+			}
+			gemm(false, false, bq, nk, D, T(s.scale), qb_, D, kt, Tk, 0, p, nk)
 			for r := 0; r < bq; r++ {
 				row := p[r*nk : (r+1)*nk]
 				n := min(max(s.keys(i0+r), 0), nk)
@@ -182,11 +187,8 @@ func attentionForward[T Float](b *Backend, s *attnShape, out, lse, q, k, v []T) 
 			}
 			gemm(false, false, bq, D, nk, 1, p, nk, vb, D, 0, ob, D)
 			for r := 0; r < bq; r++ {
-				c := T(inv[r])
 				o := ob[r*D : (r+1)*D]
-				for j := range o {
-					o[j] *= c
-				}
+				scaleRow(o, o, inv[r])
 			}
 		}
 	})
@@ -206,15 +208,22 @@ func attentionBackward[T Float](b *Backend, s *attnShape, dq, dk, dv, q, k, v, o
 	}
 	scale := T(s.scale)
 	b.parallelFor(B*Hkv, cost, func(lo, hi int) {
-		pb := make([]T, bq0*Tk)       // (bq, nk) scores, then P
-		ds := make([]T, bq0*Tk)       // (bq, nk) dP, then dS
-		delta := make([]float64, bq0) // (bq) rowsum(dO∘O)
-		for t := lo; t < hi; t++ {    // t = b·Hkv + kv head
+		pb := make([]T, bq0*Tk) // (bq, nk) scores, then P
+		ds := make([]T, bq0*Tk) // (bq, nk) dP − Δ, then dS
+		kt := make([]T, D*Tk)   // (D, Tk) Kᵀ
+		vt := make([]T, D*Tk)   // (D, Tk) Vᵀ
+		ones := make([]T, Tk)   // scaled by −Δ to fill a row of d
+		for j := range ones {
+			ones[j] = 1
+		}
+		for t := lo; t < hi; t++ { // t = b·Hkv + kv head
 			kvo := t * Tk * D
 			kg, vg := k[kvo:kvo+Tk*D], v[kvo:kvo+Tk*D]     // (Tk, D)
 			dkg, dvg := dk[kvo:kvo+Tk*D], dv[kvo:kvo+Tk*D] // (Tk, D)
 			clear(dkg)
 			clear(dvg)
+			transposeInto(kt, kg, Tk, D)
+			transposeInto(vt, vg, Tk, D)
 			for h := t % Hkv * G; h < (t%Hkv+1)*G; h++ {
 				bh := t/Hkv*H + h
 				for i0 := 0; i0 < Tq; i0 += attnBlockQ {
@@ -230,22 +239,16 @@ func attentionBackward[T Float](b *Backend, s *attnShape, dq, dk, dv, q, k, v, o
 					ob := out[qo : qo+bq*D]   // (bq, D)
 					dob := dout[qo : qo+bq*D] // (bq, D)
 					lb := lse[bh*Tq+i0 : bh*Tq+i0+bq]
-					for r := 0; r < bq; r++ {
-						var acc float64
-						o, g := ob[r*D:(r+1)*D], dob[r*D:(r+1)*D]
-						for j := range o {
-							acc += float64(o[j]) * float64(g[j])
-						}
-						delta[r] = acc
-					}
-					kb, vb := kg[:nk*D], vg[:nk*D] // (nk, D)
+					kb := kg[:nk*D] // (nk, D)
 					p, d := pb[:bq*nk], ds[:bq*nk]
-					gemm(false, true, bq, nk, D, scale, qb, D, kb, D, 0, p, nk)
-					gemm(false, true, bq, nk, D, 1, dob, D, vb, D, 0, d, nk)
+					for r := 0; r < bq; r++ { // d = −Δ, so that the dP gemm below leaves dP − Δ
+						scaleRow(d[r*nk:(r+1)*nk], ones[:nk], -rowDot(ob[r*D:(r+1)*D], dob[r*D:(r+1)*D]))
+					}
+					gemm(false, false, bq, nk, D, scale, qb, D, kt, Tk, 0, p, nk)
+					gemm(false, false, bq, nk, D, 1, dob, D, vt, Tk, 1, d, nk)
 					for r := 0; r < bq; r++ {
 						n := min(max(s.keys(i0+r), 0), nk)
-						probsAndScoreGrad(p[r*nk:(r+1)*nk], d[r*nk:(r+1)*nk], n,
-							float64(lb[r]), delta[r])
+						probsAndScoreGrad(p[r*nk:(r+1)*nk], d[r*nk:(r+1)*nk], n, float64(lb[r]))
 					}
 					gemm(false, false, bq, D, nk, scale, d, nk, kb, D, 0, dqb, D)
 					gemm(true, false, nk, D, bq, scale, d, nk, qb, D, 1, dkg[:nk*D], D)
@@ -260,28 +263,68 @@ func attentionBackward[T Float](b *Backend, s *attnShape, dq, dk, dv, q, k, v, o
 // maximum of row[:n], zeroes row[n:], and returns m and the sum l ≥ 1 of
 // the exponentials (before rounding to T). n ≥ 1.
 func softmaxRowUnnormalised[T Float](row []T, n int) (m T, l float64) {
-	m = row[0]
-	for _, x := range row[1:n] {
-		if x > m {
-			m = x
-		}
-	}
+	m = T(rowMax(row[:n]))
 	l = expShifted(row[:n], float64(m))
 	clear(row[n:])
 	return m, l
 }
 
-// probsAndScoreGrad turns one row of scaled scores p and of dP = dO·Vᵀ into
-// P = exp(p − lse) and dS = P∘(dP − delta) in place, for the first n keys;
-// masked entries (j ≥ n) become 0 in both.
-func probsAndScoreGrad[T Float](p, d []T, n int, lse, delta float64) {
+// probsAndScoreGrad turns one row of scaled scores p and of dP − Δ (Δ =
+// rowsum(dO∘O)) d into P = exp(p − lse) and dS = P∘(dP − Δ) in place, for
+// the first n keys; masked entries (j ≥ n) become 0 in both.
+func probsAndScoreGrad[T Float](p, d []T, n int, lse float64) {
 	expShifted(p[:n], lse)
 	d = d[:len(p)]
-	for j, e := range p[:n] {
-		d[j] = T(float64(e) * (float64(d[j]) - delta))
+	if isF32[T]() {
+		scaleMul32(asF32(d[:n]), asF32(d[:n]), asF32(p[:n]), 1)
+	} else {
+		for j, e := range p[:n] {
+			d[j] *= e
+		}
 	}
 	clear(p[n:])
 	clear(d[n:])
+}
+
+// rowDot returns Σ_j a_j·b_j, accumulated in float64.
+func rowDot[T Float](a, b []T) float64 {
+	if isF32[T]() {
+		return dot32(asF32(a), asF32(b))
+	}
+	var acc float64
+	b = b[:len(a)]
+	for j, x := range a {
+		acc += float64(x) * float64(b[j])
+	}
+	return acc
+}
+
+// transposeInto writes the (cols, rows) transpose of the row-major (rows,
+// cols) matrix x into t. The score products then run as NN gemms, which
+// OpenBLAS does markedly faster than the NT form at these thin shapes
+// (S = Q·Kᵀ for a 32-row block, D = 32: 6.8 µs NN against 10.7 µs NT per
+// head); one transpose per kv head is cheap beside that.
+//
+// Four rows at a time: sequential reads, four-element runs of writes (half
+// the time of a plain double loop).
+func transposeInto[T Float](t, x []T, rows, cols int) {
+	t, x = t[:rows*cols], x[:rows*cols]
+	i := 0
+	for ; i+4 <= rows; i += 4 {
+		r0 := x[i*cols : (i+1)*cols]
+		r1 := x[(i+1)*cols : (i+2)*cols]
+		r2 := x[(i+2)*cols : (i+3)*cols]
+		r3 := x[(i+3)*cols : (i+4)*cols]
+		for j := range r0 {
+			d := t[j*rows+i : j*rows+i+4 : j*rows+i+4]
+			d[0], d[1], d[2], d[3] = r0[j], r1[j], r2[j], r3[j]
+		}
+	}
+	for ; i < rows; i++ {
+		for j := 0; j < cols; j++ {
+			t[j*rows+i] = x[i*cols+j]
+		}
+	}
 }
 
 // expShifted overwrites x[j] with e^(x[j] − shift) and returns the sum of
