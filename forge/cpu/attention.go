@@ -9,7 +9,10 @@ package cpu
 // decode case and Tq == Tk is training.
 //
 // The heavy products run through gemm on tiles of attnBlockQ query rows;
-// only the row softmax is a Go loop. For one query block (bq rows, the first
+// the row work between them (max, exp, sums, scalings, Δ, dS) runs through
+// the vector primitives of rowops.go and exp.go. Kᵀ and Vᵀ are copied out
+// once per kv head so that the score products are NN gemms (see
+// transposeInto). For one query block (bq rows, the first
 // nk keys, nk cut at the block's causal limit so fully masked key columns
 // are never touched):
 //
@@ -19,7 +22,7 @@ package cpu
 //	          lse = m + log l
 //	backward: Δ = rowsum(dO∘O)            (bq)       once per row
 //	          P = exp(scale·Q·Kᵀ − lse)   (bq, nk)   gemm, recomputed from lse
-//	          dP = dO·Vᵀ                  (bq, nk)   gemm
+//	          dP − Δ = dO·Vᵀ + (−Δ)       (bq, nk)   gemm, beta 1 on rows of −Δ
 //	          dS = P∘(dP − Δ)
 //	          dQ = scale·dS·K             (bq, D)    gemm
 //	          dK += scale·dSᵀ·Q           (nk, D)    gemm, beta 1
