@@ -40,3 +40,4 @@ lint:
 golden:
 	@scripts/setup.sh golden
 	/usr/bin/python3 tests/torch_golden.py
+	/usr/bin/python3 tests/torch_optim.py

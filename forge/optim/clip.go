@@ -1,0 +1,75 @@
+package optim
+
+import (
+	"math"
+
+	"github.com/forgeml/forge/forge"
+)
+
+// ClipGradNorm clips the gradients of params to a global L2 norm of at most
+// maxNorm and returns their norm before clipping, like
+// torch.nn.utils.clip_grad_norm_: the norm is taken over all gradients as
+// one vector, and when it exceeds maxNorm every gradient is multiplied in
+// place by maxNorm/(norm + 1e-6). Parameters without a gradient are
+// ignored. A non-finite norm is returned as is and leaves the gradients
+// unchanged (the caller decides whether to skip the step).
+//
+// The norm is read back to the host once per (device, dtype) of the
+// gradients.
+func ClipGradNorm(params []*forge.Tensor, maxNorm float64) float64 {
+	if !(maxNorm > 0) {
+		panic(errorf("clip_grad_norm", "max norm must be > 0, got %v", maxNorm))
+	}
+	norm := GradNorm(params)
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return norm
+	}
+	coef := maxNorm / (norm + 1e-6)
+	if coef >= 1 {
+		return norm
+	}
+	forge.WithPhase(forge.PhaseOptimizer, func() {
+		forge.NoGrad(func() {
+			for _, p := range params {
+				if g := p.Grad(); g != nil {
+					g.CopyFrom(g.MulScalar(coef))
+				}
+			}
+		})
+	})
+	return norm
+}
+
+// GradNorm returns the global L2 norm of params' gradients (those that
+// have one), without changing them.
+func GradNorm(params []*forge.Tensor) float64 {
+	type key struct {
+		dev *forge.Device
+		dt  forge.DType
+	}
+	sums := map[key]*forge.Tensor{}
+	var order []key
+	forge.WithPhase(forge.PhaseOptimizer, func() {
+		forge.NoGrad(func() {
+			for _, p := range params {
+				g := p.Grad()
+				if g == nil {
+					continue
+				}
+				k := key{g.Device(), g.DType()}
+				sq := g.Square().Sum()
+				if acc, ok := sums[k]; ok {
+					sums[k] = acc.Add(sq)
+				} else {
+					sums[k] = sq
+					order = append(order, k)
+				}
+			}
+		})
+	})
+	total := 0.0
+	for _, k := range order {
+		total += sums[k].Item()
+	}
+	return math.Sqrt(total)
+}

@@ -1,0 +1,62 @@
+// Package optim holds Forge's optimizers, gradient clipping and learning-rate
+// schedules. It is written against the public forge API only, so it runs on
+// every backend.
+//
+// A training step, llm.c style:
+//
+//	opt := optim.NewAdamW(params, optim.DefaultAdamWConfig())
+//	sched := optim.WarmupCosine{LR: 6e-4, MinLR: 6e-5, Warmup: 100, Total: 5000}
+//	for step := 0; step < 5000; step++ {
+//		opt.ZeroGrad()
+//		loss := model(batch)
+//		loss.Backward()
+//		norm := optim.ClipGradNorm(params, 1.0)
+//		opt.SetLR(sched.At(step))
+//		opt.Step()
+//	}
+//
+// Optimizer updates run under forge.NoGrad and are attributed to
+// forge.PhaseOptimizer; they write into the parameter tensors in place
+// (CopyFrom), so a parameter keeps its identity — modules, views and
+// checkpoints holding it see the new values.
+package optim
+
+import (
+	"fmt"
+
+	"github.com/forgeml/forge/forge"
+)
+
+// Schedule maps a 0-based optimizer step to a learning rate.
+type Schedule interface {
+	At(step int) float64
+}
+
+// ParamGroup is a set of parameters sharing a weight decay.
+type ParamGroup struct {
+	Params      []*forge.Tensor
+	WeightDecay float64
+}
+
+// DecayGroups splits params into the two groups of GPT-style training:
+// tensors with Dim() ≥ 2 (weights, embeddings) decay with weightDecay, the
+// others (biases, norm gains) do not decay. Either group may be empty; the
+// order of params within a group is kept.
+func DecayGroups(params []*forge.Tensor, weightDecay float64) []ParamGroup {
+	decay := ParamGroup{WeightDecay: weightDecay}
+	noDecay := ParamGroup{}
+	for _, p := range params {
+		if p.Dim() >= 2 {
+			decay.Params = append(decay.Params, p)
+		} else {
+			noDecay.Params = append(noDecay.Params, p)
+		}
+	}
+	return []ParamGroup{decay, noDecay}
+}
+
+// errorf returns the panic value for a misuse of the optimizers, in forge's
+// style so forge.Try reports it.
+func errorf(op, format string, args ...any) *forge.Error {
+	return &forge.Error{Op: op, Msg: fmt.Sprintf(format, args...)}
+}
