@@ -391,7 +391,7 @@ func checkIndices(op string, idx *Tensor, n int, shape []int) {
 	if idx.dtype != Int32 {
 		panic(errorf(op, "indices must be int32, got %v %v", idx.dtype, idx.shape))
 	}
-	v := idx.Contiguous().int32s()
+	v := idx.Int32s()
 	for i, x := range v {
 		if x < 0 || int(x) >= n {
 			panic(errorf(op, "index %d at position %d out of range [0, %d) for shape %v", x, i, n, shape))

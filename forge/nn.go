@@ -254,7 +254,7 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 	x, n, vocab := lastAxisRows(logits)
 	tg := targets.Contiguous()
 	count := 0
-	for i, id := range tg.int32s() {
+	for i, id := range tg.Int32s() {
 		if int(id) == ignoreIndex {
 			continue
 		}
@@ -309,9 +309,4 @@ func Dropout(x *Tensor, p float64, gen *Generator) *Tensor {
 		mask = mask.To(x.dev)
 	}
 	return x.Mul(mask)
-}
-
-// int32s synchronises and returns the values of a contiguous int32 tensor.
-func (t *Tensor) int32s() []int32 {
-	return t.Int32s()
 }

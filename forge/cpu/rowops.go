@@ -29,7 +29,10 @@ func rowMax32Go(x []float32) float32 {
 }
 
 // dot32Go is the portable dot32.
-func dot32Go(a, b []float32) float64 {
+func dot32Go(a, b []float32) float64 { return dotGo(a, b) }
+
+// dotGo returns Σ_j a_j·b_j in float64 with four partial sums.
+func dotGo[T Float](a, b []T) float64 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float64
 	j := 0

@@ -49,20 +49,7 @@ func dotRow[T Float](a, b []T) float64 {
 	if isF32[T]() {
 		return dot32(asF32(a), asF32(b))
 	}
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float64
-	j := 0
-	for ; j+4 <= len(a); j += 4 {
-		a4, b4 := a[j:j+4:j+4], b[j:j+4:j+4]
-		s0 += float64(a4[0]) * float64(b4[0])
-		s1 += float64(a4[1]) * float64(b4[1])
-		s2 += float64(a4[2]) * float64(b4[2])
-		s3 += float64(a4[3]) * float64(b4[3])
-	}
-	for ; j < len(a); j++ {
-		s0 += float64(a[j]) * float64(b[j])
-	}
-	return (s0 + s1) + (s2 + s3)
+	return dotGo(a, b)
 }
 
 // sumRow returns Σ_j a_j.
