@@ -1,0 +1,163 @@
+package gpt
+
+import (
+	"fmt"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/nn"
+)
+
+// Model is a GPT. Parameter names (Params) are:
+//
+//	wte.weight                       (Vp, C) token embedding, also the head when tied
+//	wpe.weight                       (T, C)  learned positions only
+//	blocks.{i}.norm1.weight          (C)
+//	blocks.{i}.attn.wqkv.weight      ((H+2K)·D, C)
+//	blocks.{i}.attn.wo.weight        (C, H·D)
+//	blocks.{i}.norm2.weight          (C)
+//	blocks.{i}.mlp.w_gate.weight     (F, C)  SwiGLU only
+//	blocks.{i}.mlp.w_up.weight       (F, C)
+//	blocks.{i}.mlp.w_down.weight     (C, F)
+//	norm_f.weight                    (C)
+//	head.weight                      (Vp, C) untied only
+//
+// plus ".bias" companions when Config.Bias is set.
+type Model struct {
+	Config Config // resolved
+	Wte    *nn.Embedding
+	Wpe    *nn.Embedding // learned positions, or nil
+	Blocks nn.Sequence[*nn.Block]
+	NormF  *nn.Norm
+	Head   *nn.Linear // untied head, or nil
+
+	gen      *forge.Generator // dropout masks
+	training bool
+}
+
+// New builds a model with weights drawn from seed.
+func New(cfg Config, seed uint64) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.Resolved()
+	in := nn.Init{Gen: forge.NewGenerator(seed)}
+	std, res := c.InitStd, nn.ResidualStd(c.InitStd, c.Layers)
+	V, C := c.PaddedVocab(), c.Dim
+	m := &Model{Config: c, gen: forge.NewGenerator(seed ^ 0x9e3779b97f4a7c15)}
+	m.Wte = nn.NewEmbedding(in, V, C, std)
+	if c.Position == "learned" {
+		m.Wpe = nn.NewEmbedding(in, c.Context, C, std)
+	}
+	norm := func() *nn.Norm {
+		if c.Norm == "layernorm" {
+			return nn.NewLayerNorm(in, C, c.NormEps, c.Bias)
+		}
+		return nn.NewRMSNorm(in, C, c.NormEps)
+	}
+	for range c.Layers {
+		m.Blocks = append(m.Blocks, &nn.Block{
+			Norm1: norm(),
+			Attn: nn.NewAttention(in, nn.AttentionConfig{
+				Dim: C, Heads: c.Heads, KVHeads: c.KVHeads,
+				RoPE: c.Position == "rope", RoPETheta: c.RoPETheta,
+				Bias: c.Bias, Std: std, OutStd: res,
+			}),
+			Norm2:   norm(),
+			MLP:     nn.NewMLP(in, c.MLP, C, c.FFNHidden, c.Bias, std, res),
+			Dropout: c.Dropout, Gen: m.gen,
+		})
+	}
+	m.NormF = norm()
+	if c.Untied {
+		m.Head = nn.NewLinear(in, C, V, c.Bias, std)
+	}
+	for _, p := range m.Params() {
+		p.Tensor.SetName(p.Name)
+	}
+	return m, nil
+}
+
+// Params implements nn.Module.
+func (m *Model) Params() []nn.Param {
+	ps := nn.Prefix("wte", m.Wte.Params())
+	if m.Wpe != nil {
+		ps = append(ps, nn.Prefix("wpe", m.Wpe.Params())...)
+	}
+	ps = append(ps, nn.Prefix("blocks", m.Blocks.Params())...)
+	ps = append(ps, nn.Prefix("norm_f", m.NormF.Params())...)
+	if m.Head != nil {
+		ps = append(ps, nn.Prefix("head", m.Head.Params())...)
+	}
+	return ps
+}
+
+// SetTraining turns dropout on (true) or off. Models start in training
+// mode; generation and evaluation switch it off for their duration.
+func (m *Model) SetTraining(on bool) {
+	m.training = on
+	for _, b := range m.Blocks {
+		b.Training = on
+	}
+}
+
+// Training reports whether dropout is on.
+func (m *Model) Training() bool { return m.training }
+
+// DropoutGenerator is the generator that draws dropout masks (part of a
+// run's RNG state).
+func (m *Model) DropoutGenerator() *forge.Generator { return m.gen }
+
+// Cache is a KV cache for every layer.
+type Cache struct {
+	Layers []*nn.KVCache
+}
+
+// Len is the number of cached positions.
+func (c *Cache) Len() int { return c.Layers[0].Len }
+
+// NewCache returns an empty cache for batch b up to the model's context.
+func (m *Model) NewCache(b int) *Cache {
+	c := &Cache{}
+	for _, blk := range m.Blocks {
+		c.Layers = append(c.Layers, blk.Attn.NewCache(b, m.Config.Context, m.Wte.Weight.DType()))
+	}
+	return c
+}
+
+// Forward returns the logits (B, T, Vp) for int32 ids (B, T). With a cache,
+// ids are the positions after the cached ones and extend the cache.
+func (m *Model) Forward(ids *forge.Tensor, cache *Cache) *forge.Tensor {
+	if ids.Dim() != 2 || ids.DType() != forge.Int32 {
+		panic(&forge.Error{Op: "gpt.forward", Msg: fmt.Sprintf("ids must be int32 (B, T), got %v %v", ids.DType(), ids.Shape())})
+	}
+	T := ids.Size(1)
+	pos0 := 0
+	if cache != nil {
+		pos0 = cache.Len()
+	}
+	if pos0+T > m.Config.Context {
+		panic(&forge.Error{Op: "gpt.forward", Msg: fmt.Sprintf("%d positions (%d cached + %d new) exceed the context %d", pos0+T, pos0, T, m.Config.Context)})
+	}
+	x := m.Wte.Forward(ids) // (B, T, C)
+	if m.Wpe != nil {
+		x = x.Add(m.Wpe.Weight.Narrow(0, pos0, T)) // (T, C) broadcast over B
+	}
+	for i, b := range m.Blocks {
+		var kv *nn.KVCache
+		if cache != nil {
+			kv = cache.Layers[i]
+		}
+		x = b.Forward(x, kv)
+	}
+	x = m.NormF.Forward(x)
+	if m.Head != nil {
+		return m.Head.Forward(x)
+	}
+	return x.MatMul(m.Wte.Weight.T()) // (B, T, Vp)
+}
+
+// Loss returns the mean cross-entropy of predicting targets (B, T) from
+// ids (B, T); targets equal to -1 are ignored.
+func (m *Model) Loss(ids, targets *forge.Tensor) *forge.Tensor {
+	return forge.CrossEntropy(m.Forward(ids, nil), targets, -1)
+}

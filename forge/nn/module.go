@@ -1,0 +1,195 @@
+// Package nn holds the layers a GPT is built from — Linear, Embedding,
+// RMSNorm, LayerNorm, Attention (multi-head and grouped-query, RoPE or
+// none), MLP (SwiGLU or GELU) and the pre-norm transformer Block — and the
+// Module interface that names their parameters.
+//
+// # Modules and names
+//
+// A Module lists its parameters as Params: a dotted name
+// ("blocks.3.attn.wqkv.weight") and the tensor. Names are built by the
+// module tree (Prefix), in a fixed order, so they are stable keys for
+// checkpoints, optimizer state and summaries. Summarize turns any module
+// into rows (name, shape, count) a front end can render.
+//
+// # Layouts
+//
+// Weights use PyTorch's layouts, so checkpoints read in PyTorch without
+// transposes: Linear.Weight is (out, in) and y = x·Wᵀ (+ b); Embedding is
+// (V, C). Shape letters: B batch, T time, C channels (d_model), H query
+// heads, K key/value heads, D head dimension, F MLP hidden size.
+//
+// # Errors
+//
+// Like package forge, misuse (a wrong shape, a config that cannot work)
+// panics with a *forge.Error naming the layer and the shapes; constructors
+// that take user configuration return errors instead.
+//
+// Everything here is composed from the public forge API, so it runs
+// unchanged on every backend.
+package nn
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/forgeml/forge/forge"
+)
+
+// Param is one named parameter.
+type Param struct {
+	Name   string
+	Tensor *forge.Tensor
+}
+
+// Module is anything with parameters.
+type Module interface {
+	// Params lists the module's parameters, names relative to the module,
+	// in a fixed order.
+	Params() []Param
+}
+
+// Prefix returns ps with "prefix." prepended to every name.
+func Prefix(prefix string, ps []Param) []Param {
+	out := make([]Param, len(ps))
+	for i, p := range ps {
+		out[i] = Param{Name: prefix + "." + p.Name, Tensor: p.Tensor}
+	}
+	return out
+}
+
+// Tensors returns the tensors of m's parameters, in order.
+func Tensors(m Module) []*forge.Tensor {
+	ps := m.Params()
+	out := make([]*forge.Tensor, len(ps))
+	for i, p := range ps {
+		out[i] = p.Tensor
+	}
+	return out
+}
+
+// Find returns m's parameter called name.
+func Find(m Module, name string) (*forge.Tensor, bool) {
+	for _, p := range m.Params() {
+		if p.Name == name {
+			return p.Tensor, true
+		}
+	}
+	return nil, false
+}
+
+// Match returns the parameters whose names match the shell pattern glob
+// (path.Match syntax, where "*" also crosses dots: "blocks.*.attn.*"), or
+// contain glob as a substring when it has no pattern characters.
+func Match(m Module, glob string) []Param {
+	var out []Param
+	plain := !strings.ContainsAny(glob, "*?[")
+	for _, p := range m.Params() {
+		ok := false
+		if plain {
+			ok = strings.Contains(p.Name, glob)
+		} else {
+			// path.Match stops "*" at "/": dots are not slashes, so "*"
+			// crosses them, as a user typing blocks.*.attn.* expects.
+			ok, _ = path.Match(glob, p.Name)
+		}
+		if ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Count returns the number of scalar parameters of m.
+func Count(m Module) int {
+	n := 0
+	for _, p := range m.Params() {
+		n += p.Tensor.Numel()
+	}
+	return n
+}
+
+// SummaryRow describes one parameter.
+type SummaryRow struct {
+	Name  string
+	Shape []int
+	Count int
+	Share float64 // of the module's total
+}
+
+// Summary lists a module's parameters and their total.
+type Summary struct {
+	Rows  []SummaryRow
+	Total int
+}
+
+// Summarize describes m's parameters.
+func Summarize(m Module) Summary {
+	var s Summary
+	for _, p := range m.Params() {
+		n := p.Tensor.Numel()
+		s.Rows = append(s.Rows, SummaryRow{Name: p.Name, Shape: p.Tensor.Shape(), Count: n})
+		s.Total += n
+	}
+	for i := range s.Rows {
+		if s.Total > 0 {
+			s.Rows[i].Share = float64(s.Rows[i].Count) / float64(s.Total)
+		}
+	}
+	return s
+}
+
+// String renders the summary as an aligned table.
+func (s Summary) String() string {
+	wName, wShape := len("parameter"), len("shape")
+	shapes := make([]string, len(s.Rows))
+	for i, r := range s.Rows {
+		shapes[i] = fmt.Sprint(r.Shape)
+		wName = max(wName, len(r.Name))
+		wShape = max(wShape, len(shapes[i]))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-*s  %-*s  %12s  %6s\n", wName, "parameter", wShape, "shape", "count", "share")
+	for i, r := range s.Rows {
+		fmt.Fprintf(&b, "%-*s  %-*s  %12s  %5.1f%%\n", wName, r.Name, wShape, shapes[i], Thousands(r.Count), 100*r.Share)
+	}
+	fmt.Fprintf(&b, "%-*s  %-*s  %12s\n", wName, "total", wShape, "", Thousands(s.Total))
+	return b.String()
+}
+
+// Thousands formats n with thin separators: 1234567 → "1,234,567".
+func Thousands(n int) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var parts []string
+	for len(s) > 3 {
+		parts = append(parts, s[len(s)-3:])
+		s = s[:len(s)-3]
+	}
+	parts = append(parts, s)
+	slices.Reverse(parts)
+	out := strings.Join(parts, ",")
+	if neg {
+		out = "-" + out
+	}
+	return out
+}
+
+// Sequence is an ordered list of modules named "0", "1", ….
+type Sequence[M Module] []M
+
+// Params implements Module.
+func (s Sequence[M]) Params() []Param {
+	var out []Param
+	for i, m := range s {
+		out = append(out, Prefix(fmt.Sprint(i), m.Params())...)
+	}
+	return out
+}
+
+// errorf builds the panic value of a misused layer.
+func errorf(op, format string, args ...any) *forge.Error {
+	return &forge.Error{Op: "nn." + op, Msg: fmt.Sprintf(format, args...)}
+}
