@@ -212,7 +212,7 @@ func (a *Attention) Forward(x *forge.Tensor, cache *KVCache) *forge.Tensor {
 		cache.Len += T
 		k, v = cache.K.Narrow(2, 0, cache.Len), cache.V.Narrow(2, 0, cache.Len)
 	}
-	y := forge.Attention(q, k, v, true)                        // (B, H, T, D)
+	y := forge.Attention(q, k, v, true)                       // (B, H, T, D)
 	return a.WO.Forward(y.Transpose(1, 2).Reshape(B, T, H*D)) // (B, T, C)
 }
 
