@@ -1,14 +1,20 @@
-package main
+package cli
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/forgeml/forge/forge/data"
+	"github.com/forgeml/forge/forge/tokenizer"
 )
 
 func TestDemo(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run(nil, &out, &errb); code != 0 {
+	if code := Run(nil, &out, &errb); code != 0 {
 		t.Fatalf("demo exited %d: %s", code, errb.String())
 	}
 	s := out.String()
@@ -21,7 +27,196 @@ func TestDemo(t *testing.T) {
 
 func TestUnknownCommand(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
+	if code := Run([]string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// micro writes a fast config and a text file into dir.
+func micro(t *testing.T, dir string) (config, text string) {
+	t.Helper()
+	config = filepath.Join(dir, "micro.json")
+	os.WriteFile(config, []byte(`{"name": "micro",
+	  "model": {"vocab": 300, "context": 32, "d_model": 32, "n_layer": 2, "n_head": 2},
+	  "batch": 4, "steps": 6, "warmup": 2, "eval_every": 3, "eval_batches": 2, "save_every": 0}`), 0o644)
+	text = filepath.Join(dir, "text.txt")
+	os.WriteFile(text, []byte(data.Austen()[:50000]), 0o644)
+	return config, text
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(args ...string) result {
+	var out, errb bytes.Buffer
+	code := run(&env{stdout: &out, stderr: &errb}, args)
+	return result{code, out.String(), errb.String()}
+}
+
+func TestTrainResumeGenerateEvalExport(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FORGE_CACHE_DIR", filepath.Join(dir, "cache"))
+	config, text := micro(t, dir)
+	runDir := filepath.Join(dir, "run")
+	r := runCLI("train", "--config", config, "--run", runDir, "--data", text)
+	if r.code != 0 || !strings.Contains(r.stdout, "micro: steps 0→6") || !strings.Contains(r.stdout, "val ") {
+		t.Fatalf("train: %+v", r)
+	}
+	if !strings.Contains(r.stderr, "step 6 100%") {
+		t.Errorf("no progress lines on stderr:\n%s", r.stderr)
+	}
+	if r := runCLI("train", "--run", runDir); r.code != 0 || !strings.Contains(r.stdout, "has done its 6 steps") {
+		t.Errorf("train a finished run: %+v", r)
+	}
+	if r := runCLI("train", "--run", runDir, "--steps", "2"); r.code != 0 || !strings.Contains(r.stdout, "steps 6→8") {
+		t.Errorf("resume: %+v", r)
+	}
+	if r := runCLI("generate", "--run", runDir, "--prompt", "Emma", "-n", "12", "--temperature", "0"); r.code != 0 || !strings.HasPrefix(r.stdout, "Emma") || !strings.Contains(r.stderr, "12 tokens") {
+		t.Errorf("generate: %+v", r)
+	}
+	a := runCLI("generate", "--run", runDir, "-n", "12", "--seed", "3")
+	b := runCLI("generate", "--run", runDir, "-n", "12", "--seed", "3", "--no-cache")
+	if a.code != 0 || a.stdout != b.stdout {
+		t.Errorf("the same seed with and without the KV cache: %q vs %q", a.stdout, b.stdout)
+	}
+	if r := runCLI("eval", "--run", runDir); r.code != 0 || !strings.Contains(r.stdout, "step 8: validation loss") {
+		t.Errorf("eval: %+v", r)
+	}
+	if r := runCLI("info", "--run", runDir); r.code != 0 || !strings.Contains(r.stdout, "parameters:") {
+		t.Errorf("info: %+v", r)
+	}
+	out := filepath.Join(dir, "export")
+	if r := runCLI("export", "--run", runDir, "--out", out); r.code != 0 || !strings.Contains(r.stdout, "llama") {
+		t.Errorf("export: %+v", r)
+	}
+	for _, f := range []string{"model.safetensors", "config.json", "forge-tokenizer.json", "README.md"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("export wrote no %s", f)
+		}
+	}
+}
+
+// Ctrl-C stops training at a step boundary and saves that step.
+func TestInterruptSaves(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FORGE_CACHE_DIR", filepath.Join(dir, "cache"))
+	config, text := micro(t, dir)
+	runDir := filepath.Join(dir, "run")
+	sig := make(chan os.Signal, 1)
+	var out bytes.Buffer
+	// The first progress line (every 2 steps of 40) presses Ctrl-C.
+	errw := writerFunc(func(p []byte) (int, error) {
+		if bytes.Contains(p, []byte("step ")) {
+			select {
+			case sig <- os.Interrupt:
+			default:
+			}
+		}
+		return len(p), nil
+	})
+	code := run(&env{stdout: &out, stderr: errw, interrupt: sig}, []string{"train", "--config", config, "--run", runDir, "--data", text, "--steps", "40"})
+	if code != 0 || !strings.Contains(out.String(), "interrupted at step") {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	var step int
+	fmt.Sscanf(out.String()[strings.Index(out.String(), "interrupted at step")+len("interrupted at step"):], "%d", &step)
+	if step < 2 || step >= 40 {
+		t.Fatalf("stopped at step %d", step)
+	}
+	r := runCLI("info", "--run", runDir)
+	if !strings.Contains(r.stdout, fmt.Sprintf("at step %d", step)) {
+		t.Errorf("the saved run is not at step %d: %s", step, r.stdout)
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// prepare → read the token files → decode gives back the text.
+func TestPrepareRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	_, text := micro(t, dir)
+	out := filepath.Join(dir, "prep")
+	for _, kind := range []string{"bpe", "char"} {
+		r := runCLI("prepare", "--out", out, "--vocab", "300", "--tokenizer", kind, "--context", "64", text)
+		if r.code != 0 || !strings.Contains(r.stdout, "bytes/token") {
+			t.Fatalf("%s: %+v", kind, r)
+		}
+		tok, err := tokenizer.Load(filepath.Join(out, "tokenizer.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		for _, f := range []string{"train.bin", "val.bin"} {
+			toks, err := data.ReadTokens(filepath.Join(out, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range toks {
+				ids = append(ids, int(v))
+			}
+		}
+		want, _ := os.ReadFile(text)
+		if got := tok.Decode(ids); got != string(want) {
+			t.Errorf("%s: decoded token files differ from the text (%d vs %d bytes)", kind, len(got), len(want))
+		}
+	}
+}
+
+// Bad arguments and bad files: one line on stderr, a non-zero exit.
+func TestErrors(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FORGE_CACHE_DIR", filepath.Join(dir, "cache"))
+	config, text := micro(t, dir)
+	empty := filepath.Join(dir, "empty.txt")
+	os.WriteFile(empty, nil, 0o644)
+	badConfig := filepath.Join(dir, "bad.json")
+	os.WriteFile(badConfig, []byte(`{"model": {"n_head": 3}}`), 0o644)
+	notRun := filepath.Join(dir, "notrun")
+	os.MkdirAll(notRun, 0o755)
+	// A run whose every checkpoint is damaged.
+	broken := filepath.Join(dir, "broken")
+	if r := runCLI("train", "--config", config, "--run", broken, "--data", text, "--steps", "1", "--quiet"); r.code != 0 {
+		t.Fatal(r)
+	}
+	ents, _ := os.ReadDir(filepath.Join(broken, "checkpoints"))
+	for _, e := range ents {
+		if e.IsDir() {
+			os.WriteFile(filepath.Join(broken, "checkpoints", e.Name(), "model.safetensors"), []byte("garbage"), 0o644)
+		}
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"train", "--config", "nope"}, 1, `no config named "nope"`},
+		{[]string{"train", "--steps", "x"}, 2, `invalid value "x"`},
+		{[]string{"train", "--config", badConfig, "--run", filepath.Join(dir, "r1")}, 1, "not a multiple of n_head"},
+		{[]string{"train", "--config", config, "--run", filepath.Join(dir, "r2"), "--data", empty}, 1, "is empty"},
+		{[]string{"train", "--config", config, "--run", filepath.Join(dir, "r3"), "--data", filepath.Join(dir, "missing.txt")}, 1, "no such file"},
+		{[]string{"train", "--run", broken, "--data", text}, 2, "already holds a run"},
+		{[]string{"train", "--run", broken}, 1, "no checkpoint"},
+		{[]string{"generate", "--run", notRun}, 1, "not a run directory"},
+		{[]string{"generate", "--run", broken}, 1, "checksum mismatch"},
+		{[]string{"generate", "--run", broken, "-n", "-1"}, 2, "-n -1"},
+		{[]string{"eval", "--run", notRun}, 1, "not a run directory"},
+		{[]string{"export", "--run", broken}, 2, "--out is required"},
+		{[]string{"prepare"}, 2, "--out is required"},
+		{[]string{"prepare", "--out", dir, "--tokenizer", "words"}, 2, `--tokenizer "words"`},
+		{[]string{"prepare", "--out", filepath.Join(dir, "p"), "--use-tokenizer", text, text}, 1, "tokenizer"},
+		{[]string{"info", "--config", "nope"}, 1, "no config named"},
+		{[]string{"help", "nope"}, 2, `no command "nope"`},
+	}
+	for _, c := range cases {
+		r := runCLI(c.args...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) || len(lines) != 1 {
+			t.Errorf("forge %s: exit %d (want %d), stderr %q (want one line containing %q)", strings.Join(c.args, " "), r.code, c.code, r.stderr, c.want)
+		}
 	}
 }

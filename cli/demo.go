@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -9,37 +9,11 @@ import (
 	"github.com/forgeml/forge/forge"
 )
 
-const version = "0.1.0-dev"
-
-// run executes the command line args and returns the exit status.
-func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "demo"
-	if len(args) > 0 {
-		cmd = args[0]
-	}
-	switch cmd {
-	case "demo":
-		if err := forge.Try(func() { demo(stdout) }); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		return 0
-	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "forge", version)
-		return 0
-	case "help", "--help", "-h":
-		fmt.Fprintln(stdout, "usage: forge [demo | version | help]")
-		return 0
-	}
-	fmt.Fprintf(stderr, "forge: unknown command %q; run 'forge help' for the list\n", cmd)
-	return 2
-}
-
 // demo walks through the tensor core.
 func demo(w io.Writer) {
 	forge.Seed(1)
 	dev := forge.DefaultDevice()
-	fmt.Fprintf(w, "Forge %s on device %q\n\n", version, dev.Name())
+	fmt.Fprintf(w, "Forge %s on device %q\n\n", Version, dev.Name())
 
 	fmt.Fprintln(w, "# Tensors print like PyTorch's")
 	x := forge.Arange(0, 6, 1).Reshape(2, 3)

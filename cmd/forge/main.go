@@ -1,14 +1,13 @@
-// Command forge is Forge's command-line tool. Until the REPL lands, it has
-// one job, the demo: it shows eager tensors, their printing and statistics,
-// autograd through the ops a GPT uses, and a small model trained by hand.
-//
-//	forge            run the demo
-//	forge demo       the same
-//	forge version    print the version
+// Command forge is Forge's command-line tool: train a GPT on the built-in
+// corpus or your own text, sample from it, evaluate, inspect configs,
+// prepare token files and export weights. Run `forge help` for the
+// commands; package cli holds them.
 package main
 
 import (
 	"os"
+
+	"github.com/forgeml/forge/cli"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(cli.Run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -1,0 +1,480 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/forgeml/forge/forge/data"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/nn"
+	"github.com/forgeml/forge/forge/tokenizer"
+	"github.com/forgeml/forge/forge/train"
+)
+
+// interruptContext returns a context cancelled by Ctrl-C (SIGINT) or by
+// e.interrupt; a second Ctrl-C is left to the default handler (exit).
+func (e *env) interruptContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := e.interrupt
+	var own chan os.Signal
+	if ch == nil {
+		own = make(chan os.Signal, 1)
+		signal.Notify(own, os.Interrupt)
+		ch = own
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			cancel()
+			if own != nil {
+				signal.Stop(own) // the next Ctrl-C ends the process
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		if own != nil {
+			signal.Stop(own)
+		}
+		cancel()
+	}
+}
+
+func readTexts(paths []string) ([]string, string, error) {
+	if len(paths) == 0 {
+		return nil, "", nil
+	}
+	var texts []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(b) == 0 {
+			return nil, "", fmt.Errorf("%s is empty", p)
+		}
+		texts = append(texts, string(b))
+	}
+	return texts, strings.Join(paths, ","), nil
+}
+
+func cmdTrain(e *env, args []string) error {
+	fs := flags(e, "train")
+	config := fs.String("config", "tiny", "config name ("+strings.Join(configNames(), ", ")+") or a .json file")
+	runDir := fs.String("run", "", "run directory (default runs/<config name>); resumed if it exists")
+	steps := fs.Int("steps", 0, "steps to train now (default: up to the config's steps)")
+	tok := fs.String("tokenizer", "", "bpe or char (default: the config's)")
+	quiet := fs.Bool("quiet", false, "no progress, only the summary")
+	var dataFiles multiFlag
+	fs.Var(&dataFiles, "data", "a text file to train on (repeatable; default: the built-in Jane Austen corpus)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	dataFiles = append(dataFiles, pos...)
+	dir := *runDir
+	var cfgp *train.Config
+	exists := false
+	if dir != "" {
+		_, err := os.Stat(filepath.Join(dir, train.ConfigFile))
+		exists = err == nil
+	}
+	configGiven := flagSet(fs, "config")
+	if !exists || configGiven {
+		cfg, err := train.LoadConfig(*config)
+		if err != nil {
+			return err
+		}
+		if *tok != "" {
+			cfg.Tokenizer = *tok
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+		}
+		if dir == "" {
+			dir = filepath.Join("runs", cfg.Name)
+			_, err := os.Stat(filepath.Join(dir, train.ConfigFile))
+			exists = err == nil
+		}
+		if !exists || configGiven {
+			cfgp = &cfg
+		}
+	}
+	if exists && len(dataFiles) > 0 {
+		return usagef("%s already holds a run with its own data; choose a new --run directory to train on %s", dir, strings.Join(dataFiles, ", "))
+	}
+	texts, source, err := readTexts(dataFiles)
+	if err != nil {
+		return err
+	}
+	log := e.stderr
+	if *quiet {
+		log = nil
+	}
+	s, err := train.Open(dir, train.OpenOptions{Config: cfgp, Texts: texts, Source: source, Log: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cfg := s.Config
+	n := *steps
+	if n == 0 {
+		n = cfg.Steps - s.Trainer.StepCount()
+		if n <= 0 {
+			fmt.Fprintf(e.stdout, "%s has done its %d steps; pass --steps to train further\n", dir, cfg.Steps)
+			return nil
+		}
+	}
+	verb := "training"
+	if s.Resumed() {
+		verb = fmt.Sprintf("resuming at step %d,", s.Trainer.StepCount())
+	}
+	fmt.Fprintf(e.stderr, "%s %s (%s parameters) for %d steps in %s; Ctrl-C stops and saves\n",
+		verb, cfg.Name, nn.Thousands(nn.Count(s.Model)), n, dir)
+	ctx, stop := e.interruptContext()
+	defer stop()
+	p := newProgress(e.stderr, n, *quiet)
+	first := s.Trainer.StepCount()
+	start := time.Now()
+	done, err := s.Train(ctx, n, p.update)
+	p.finish()
+	if err != nil {
+		return err
+	}
+	h := s.Trainer.History.Steps
+	el := time.Since(start)
+	if done == 0 {
+		fmt.Fprintf(e.stdout, "stopped before the first step; %s is unchanged\n", dir)
+		return nil
+	}
+	recent := h[len(h)-done:]
+	tokens := int64(done) * int64(cfg.TokensPerStep())
+	fmt.Fprintf(e.stdout, "%s: steps %d→%d in %s (%.0f tokens/s)  loss %.4f → %.4f",
+		cfg.Name, first, s.Trainer.StepCount(), el.Round(100*time.Millisecond), float64(tokens)/el.Seconds(), recent[0].Loss, meanLoss(recent, 10))
+	if v := lastVal(h); v != nil {
+		fmt.Fprintf(e.stdout, "  val %.4f", *v)
+	}
+	fmt.Fprintln(e.stdout)
+	if ctx.Err() != nil {
+		fmt.Fprintf(e.stdout, "interrupted at step %d; ", s.Trainer.StepCount())
+	}
+	fmt.Fprintf(e.stdout, "saved %s (resume: forge train --run %s; sample: forge generate --run %s)\n", dir, dir, dir)
+	return nil
+}
+
+// meanLoss is the mean training loss of the last k records (less noisy
+// than the last one).
+func meanLoss(h []train.Metrics, k int) float64 {
+	k = min(k, len(h))
+	s := 0.0
+	for _, m := range h[len(h)-k:] {
+		s += m.Loss
+	}
+	return s / float64(k)
+}
+
+func lastVal(h []train.Metrics) *float64 {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].ValLoss != nil {
+			return h[i].ValLoss
+		}
+	}
+	return nil
+}
+
+func cmdGenerate(e *env, args []string) error {
+	fs := flags(e, "generate")
+	runDir := fs.String("run", "runs/tiny", "run directory")
+	prompt := fs.String("prompt", "", "text to continue (default: a newline)")
+	n := fs.Int("n", 200, "tokens to generate")
+	temp := fs.Float64("temperature", 0.8, "sampling temperature (0 = greedy)")
+	topK := fs.Int("top-k", 40, "sample among the k most likely tokens (0 = all)")
+	topP := fs.Float64("top-p", 0.95, "nucleus sampling threshold (1 = off)")
+	seed := fs.Uint64("seed", 1, "sampling seed")
+	noCache := fs.Bool("no-cache", false, "recompute the context for every token (no KV cache)")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	if *n < 0 {
+		return usagef("-n %d: want a number of tokens >= 0", *n)
+	}
+	snap, err := train.Load(*runDir)
+	if err != nil {
+		return err
+	}
+	text := *prompt
+	if text == "" {
+		text = "\n"
+	}
+	ids := snap.Tokenizer.Encode(text)
+	fmt.Fprint(e.stdout, *prompt)
+	dec := newStreamDecoder(snap.Tokenizer)
+	start := time.Now()
+	out, err := snap.Model.Generate(ids, gpt.GenerateOptions{
+		MaxTokens: *n, Sampling: gpt.Sampling{Temperature: *temp, TopK: *topK, TopP: *topP},
+		Seed: *seed, NoCache: *noCache,
+		OnToken: func(id int) bool {
+			fmt.Fprint(e.stdout, dec.add(id))
+			return true
+		},
+	})
+	fmt.Fprint(e.stdout, dec.flush())
+	fmt.Fprintln(e.stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%d tokens in %s (%.0f tokens/s), step %d of %s\n", len(out), time.Since(start).Round(time.Millisecond),
+		float64(len(out))/time.Since(start).Seconds(), snap.Step, *runDir)
+	return nil
+}
+
+// streamDecoder turns a token stream into text, holding back bytes that
+// do not yet form complete UTF-8 characters.
+type streamDecoder struct {
+	tok     tokenizer.Tokenizer
+	pending []int
+}
+
+func newStreamDecoder(t tokenizer.Tokenizer) *streamDecoder { return &streamDecoder{tok: t} }
+
+func (d *streamDecoder) add(id int) string {
+	d.pending = append(d.pending, id)
+	s := d.tok.Decode(d.pending)
+	if !strings.HasSuffix(s, "\uFFFD") && validUTF8Tail(s) || len(d.pending) > 8 {
+		d.pending = d.pending[:0]
+		return s
+	}
+	return ""
+}
+
+func (d *streamDecoder) flush() string {
+	s := d.tok.Decode(d.pending)
+	d.pending = nil
+	return s
+}
+
+func validUTF8Tail(s string) bool {
+	// A string whose last rune is incomplete ends in a byte that starts
+	// or continues a multi-byte sequence without finishing it.
+	for i := len(s) - 1; i >= 0 && i >= len(s)-4; i-- {
+		c := s[i]
+		if c < 0x80 {
+			return true
+		}
+		if c >= 0xC0 { // a lead byte: is its sequence complete?
+			need := 2
+			if c >= 0xF0 {
+				need = 4
+			} else if c >= 0xE0 {
+				need = 3
+			}
+			return len(s)-i >= need
+		}
+	}
+	return true
+}
+
+func cmdEval(e *env, args []string) error {
+	fs := flags(e, "eval")
+	runDir := fs.String("run", "runs/tiny", "run directory")
+	batches := fs.Int("batches", 0, "validation batches (0 = the whole validation file)")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	snap, err := train.Load(*runDir)
+	if err != nil {
+		return err
+	}
+	cfg := snap.Config
+	val, err := data.OpenLoader(filepath.Join(*runDir, train.DataDir, data.ValFile), cfg.Batch, cfg.Model.Context, 0)
+	if err != nil {
+		return err
+	}
+	defer val.Close()
+	cfg.EvalBatches = *batches
+	tr, err := train.NewTrainer(cfg, snap.Model, nil, func() (xs, ys [][]int32) {
+		for x, y := range val.Eval(*batches) {
+			xs, ys = append(xs, x), append(ys, y)
+		}
+		return
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	loss, err := tr.Eval()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s step %d: validation loss %.4f, perplexity %.2f (%s)\n", *runDir, snap.Step, loss, math.Exp(loss), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func cmdInfo(e *env, args []string) error {
+	fs := flags(e, "info")
+	config := fs.String("config", "", "config name or .json file")
+	runDir := fs.String("run", "", "run directory (instead of --config)")
+	params := fs.Bool("params", false, "list every parameter")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if *config == "" && *runDir == "" && len(pos) == 1 {
+		*config = pos[0]
+	}
+	var cfg train.Config
+	switch {
+	case *runDir != "":
+		snap, err := train.Load(*runDir)
+		if err != nil {
+			return err
+		}
+		cfg = snap.Config
+		fmt.Fprintf(e.stdout, "run %s at step %d\n", *runDir, snap.Step)
+	case *config != "":
+		if cfg, err = train.LoadConfig(*config); err != nil {
+			return err
+		}
+	default:
+		fmt.Fprintf(e.stdout, "configs: %s\n", strings.Join(configNames(), ", "))
+		for _, name := range configNames() {
+			c, err := train.LoadConfig(name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "  %-10s %7.1f M parameters  %6.1f MFLOP/token  context %4d  %s\n", name,
+				float64(c.Model.Params())/1e6, float64(c.Model.FLOPsPerToken())/1e6, c.Model.Context, describe(c.Model))
+		}
+		return nil
+	}
+	m := cfg.Model.Resolved()
+	fmt.Fprintf(e.stdout, "%s: %s\n", cfg.Name, describe(m))
+	fmt.Fprintf(e.stdout, "  vocab %d (padded to %d), context %d, d_model %d, %d layers, %d heads (%d kv, head dim %d), MLP hidden %d\n",
+		m.Vocab, m.PaddedVocab(), m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.HeadDim(), m.FFNHidden)
+	total := m.Params()
+	emb := m.PaddedVocab() * m.Dim
+	fmt.Fprintf(e.stdout, "  parameters: %s (embedding %s, the rest %s)\n", nn.Thousands(total), nn.Thousands(emb), nn.Thousands(total-emb))
+	fpt := m.FLOPsPerToken()
+	fmt.Fprintf(e.stdout, "  training FLOPs: %.1f M per token, %.2f G per step of %d tokens (batch %d × context %d × accumulation %d)\n",
+		float64(fpt)/1e6, float64(fpt)*float64(cfg.TokensPerStep())/1e9, cfg.TokensPerStep(), cfg.Batch, m.Context, cfg.GradAccum)
+	fmt.Fprintf(e.stdout, "  memory: %.0f MB of float32 weights, gradients and AdamW moments\n", float64(total)*16/1e6)
+	fmt.Fprintf(e.stdout, "  schedule: %s, lr %g, warmup %d, %d steps; AdamW β (%g, %g), weight decay %g, clip %g\n",
+		cfg.Schedule, cfg.LR, cfg.Warmup, cfg.Steps, cfg.Beta1, cfg.Beta2, cfg.WeightDecay, cfg.GradClip)
+	if *params {
+		mod, err := gpt.New(cfg.Model, cfg.Seed)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(e.stdout, nn.Summarize(mod))
+	}
+	return nil
+}
+
+func describe(c gpt.Config) string {
+	c = c.Resolved()
+	attn := "MHA"
+	if c.KVHeads < c.Heads {
+		attn = fmt.Sprintf("GQA %d:%d", c.Heads, c.KVHeads)
+	}
+	tied := "tied"
+	if c.Untied {
+		tied = "untied"
+	}
+	return fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, c.MLP, c.Position, attn, tied)
+}
+
+func cmdPrepare(e *env, args []string) error {
+	fs := flags(e, "prepare")
+	out := fs.String("out", "", "output directory for tokenizer.json, train.bin, val.bin (required)")
+	vocab := fs.Int("vocab", 4096, "BPE vocabulary size")
+	kind := fs.String("tokenizer", "bpe", "bpe or char")
+	tokPath := fs.String("use-tokenizer", "", "an existing tokenizer.json to encode with (instead of training one)")
+	valFrac := fs.Float64("val", 0.1, "fraction of tokens held out for validation")
+	context := fs.Int("context", 256, "the context the files must fit (each split gets at least context+1 tokens)")
+	files, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("--out is required: the directory to write the token files to")
+	}
+	if *kind != "bpe" && *kind != "char" {
+		return usagef("--tokenizer %q: want bpe or char", *kind)
+	}
+	texts, _, err := readTexts(files)
+	if err != nil {
+		return err
+	}
+	if texts == nil {
+		texts = []string{data.Austen()}
+		fmt.Fprintln(e.stderr, "no files given: preparing the built-in Jane Austen corpus")
+	}
+	var tok tokenizer.Tokenizer
+	start := time.Now()
+	switch {
+	case *tokPath != "":
+		tok, err = tokenizer.Load(*tokPath)
+	case *kind == "char":
+		tok = tokenizer.TrainChar(strings.Join(texts, ""))
+	default:
+		fmt.Fprintf(e.stderr, "training a %d-token BPE…\n", *vocab)
+		var bpe *tokenizer.BPE
+		bpe, err = tokenizer.TrainBPE(strings.Join(texts, ""), *vocab, tokenizer.BPEOptions{})
+		tok = bpe
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	if err := tok.Save(filepath.Join(*out, "tokenizer.json")); err != nil {
+		return err
+	}
+	res, err := data.Prepare(texts, tok, *out, data.PrepareOptions{ValFraction: *valFrac, Context: *context, Parallel: true,
+		Progress: func(done, total int) {
+			fmt.Fprintf(e.stderr, "\rencoding %3.0f%%", 100*float64(done)/float64(max(total, 1)))
+		}})
+	fmt.Fprintln(e.stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: %d-token %s tokenizer, %d training and %d validation tokens (%.2f bytes/token) in %s\n",
+		*out, tok.VocabSize(), tok.Kind(), res.TrainTokens, res.ValTokens, float64(res.TextBytes)/float64(max(1, res.Tokens())), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func cmdExport(e *env, args []string) error {
+	fs := flags(e, "export")
+	runDir := fs.String("run", "runs/tiny", "run directory")
+	out := fs.String("out", "", "output directory (required)")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("--out is required: the directory to write the exported model to")
+	}
+	snap, err := train.Load(*runDir)
+	if err != nil {
+		return err
+	}
+	fam, err := train.Export(snap.Model, snap.Tokenizer, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "exported step %d of %s to %s as a transformers %s model (see %s)\n", snap.Step, *runDir, *out, fam, filepath.Join(*out, "README.md"))
+	return nil
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }

@@ -1,0 +1,232 @@
+package train
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/data"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/optim"
+	"github.com/forgeml/forge/forge/safetensors"
+)
+
+const (
+	stateFormat  = "forge-run-state"
+	stateVersion = 1
+	stateFile    = "state.json"
+	modelFile    = "model.safetensors"
+	optimFile    = "optim.safetensors"
+)
+
+// State is a checkpoint's state.json: everything besides the tensors that
+// an exact resume needs.
+type State struct {
+	Format     string            `json:"format"`
+	Version    int               `json:"version"`
+	Step       int               `json:"step"`    // optimizer updates made
+	History    int               `json:"history"` // records of metrics.jsonl that belong to this checkpoint
+	Tokens     int64             `json:"tokens"`  // training tokens seen
+	Loader     data.LoaderState  `json:"loader"`
+	Dropout    [4]uint64         `json:"dropout_rng"`
+	LROverride *float64          `json:"lr_override,omitempty"`
+	Files      map[string]string `json:"files"` // sha256 of each tensor file
+}
+
+// SaveWeights writes the model's parameters to a safetensors file (names
+// as in gpt.Model.Params) with the config in its metadata.
+func SaveWeights(path string, m *gpt.Model) error {
+	cfg, _ := json.Marshal(m.Config)
+	return safetensors.WriteFile(path, paramTensors("", m), map[string]string{"format": "forge", "config": string(cfg)})
+}
+
+// LoadWeights reads parameters saved by SaveWeights into m.
+func LoadWeights(path string, m *gpt.Model) error {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return fillParams(path, f, "", m)
+}
+
+func paramTensors(prefix string, m *gpt.Model) []safetensors.Tensor {
+	var ts []safetensors.Tensor
+	for _, p := range m.Params() {
+		ts = append(ts, safetensors.F32(prefix+p.Name, p.Tensor.Shape(), p.Tensor.Float32s()))
+	}
+	return ts
+}
+
+func fillParams(path string, f *safetensors.File, prefix string, m *gpt.Model) error {
+	want := map[string]bool{}
+	var errOut error
+	err := forge.Try(func() {
+		forge.NoGrad(func() {
+			for _, p := range m.Params() {
+				name := prefix + p.Name
+				want[name] = true
+				t, ok := f.Get(name)
+				if !ok {
+					errOut = fmt.Errorf("train: %s has no tensor %q; it was saved for another model", path, name)
+					return
+				}
+				if !slices.Equal(t.Shape, p.Tensor.Shape()) {
+					errOut = fmt.Errorf("train: %s: tensor %q has shape %v, the model wants %v", path, name, t.Shape, p.Tensor.Shape())
+					return
+				}
+				v, err := t.Float32s()
+				if err != nil {
+					errOut = fmt.Errorf("train: %s: tensor %q: %v", path, name, err)
+					return
+				}
+				p.Tensor.CopyFrom(forge.FromSlice(v, t.Shape...).To(p.Tensor.Device()))
+			}
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if errOut != nil {
+		return errOut
+	}
+	for _, t := range f.Tensors {
+		if len(prefix) <= len(t.Name) && t.Name[:len(prefix)] == prefix && !want[t.Name] {
+			return fmt.Errorf("train: %s has a tensor %q the model does not have; it was saved for another model", path, t.Name)
+		}
+	}
+	return nil
+}
+
+// saveCheckpoint writes the weights and optimizer moments into dir and
+// records their checksums in st.
+func saveCheckpoint(dir string, m *gpt.Model, opt *optim.AdamW, st *State) error {
+	if err := SaveWeights(filepath.Join(dir, modelFile), m); err != nil {
+		return err
+	}
+	ost := opt.State()
+	var ts []safetensors.Tensor
+	for i, p := range opt.Params() {
+		ts = append(ts,
+			safetensors.F32("m."+p.Name(), p.Shape(), ost.M[i].Float32s()),
+			safetensors.F32("v."+p.Name(), p.Shape(), ost.V[i].Float32s()))
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, optimFile), ts, map[string]string{"step": fmt.Sprint(ost.Step)}); err != nil {
+		return err
+	}
+	for _, f := range []string{modelFile, optimFile} {
+		sum, err := fileSHA256(filepath.Join(dir, f))
+		if err != nil {
+			return err
+		}
+		st.Files[f] = sum
+	}
+	return nil
+}
+
+// loadCheckpoint verifies the files of dir against st and loads them.
+func loadCheckpoint(dir string, m *gpt.Model, opt *optim.AdamW, st *State) error {
+	if err := verifyFiles(dir, st); err != nil {
+		return err
+	}
+	if err := LoadWeights(filepath.Join(dir, modelFile), m); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, optimFile)
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var s optim.AdamWState
+	s.Step = st.Step
+	for _, p := range opt.Params() {
+		for _, kind := range []string{"m.", "v."} {
+			t, ok := f.Get(kind + p.Name())
+			if !ok || !slices.Equal(t.Shape, p.Shape()) {
+				return fmt.Errorf("train: %s: no moment %q of shape %v", path, kind+p.Name(), p.Shape())
+			}
+			v, err := t.Float32s()
+			if err != nil {
+				return fmt.Errorf("train: %s: %v", path, err)
+			}
+			x := forge.FromSlice(v, t.Shape...)
+			if kind == "m." {
+				s.M = append(s.M, x)
+			} else {
+				s.V = append(s.V, x)
+			}
+		}
+	}
+	return forge.Try(func() { opt.LoadState(s) })
+}
+
+func fileSHA256(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:]), nil
+}
+
+// writeJSON writes v as indented JSON, atomically.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// writeFileAtomic writes b to a temporary file beside path, syncs it and
+// renames it over path, so path holds either the old or the new bytes.
+func writeFileAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("train: %v", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("train: writing %s: %v", path, err)
+	}
+	syncDir(dir)
+	return nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// verifyFiles checks the tensor files of a checkpoint against the
+// checksums its state recorded.
+func verifyFiles(dir string, st *State) error {
+	for _, f := range []string{modelFile, optimFile} {
+		sum, err := fileSHA256(filepath.Join(dir, f))
+		if err != nil {
+			return err
+		}
+		if sum != st.Files[f] {
+			return fmt.Errorf("%s: checksum mismatch (the file is damaged)", filepath.Join(dir, f))
+		}
+	}
+	return nil
+}

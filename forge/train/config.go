@@ -1,0 +1,146 @@
+package train
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/forgeml/forge/configs"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/optim"
+)
+
+// Config is a training run: the model and everything about how it trains.
+// Files in configs/ override the fields of DefaultConfig.
+type Config struct {
+	Name    string     `json:"name,omitempty"`    // "small"
+	Comment string     `json:"comment,omitempty"` // free text
+	Model   gpt.Config `json:"model"`
+
+	Batch       int     `json:"batch"`        // 8 sequences per micro-batch
+	GradAccum   int     `json:"grad_accum"`   // 1 micro-batch per step
+	Steps       int     `json:"steps"`        // 5000: length of the schedule
+	LR          float64 `json:"lr"`           // 1e-3 peak learning rate
+	MinLR       float64 `json:"min_lr"`       // 0 = lr/10
+	Warmup      int     `json:"warmup"`       // 100 steps of linear warmup
+	Schedule    string  `json:"schedule"`     // "cosine" | "wsd" | "constant"
+	Cooldown    float64 `json:"cooldown"`     // WSD: fraction of steps spent decaying (0.2)
+	WeightDecay float64 `json:"weight_decay"` // 0.1, on rank ≥ 2 parameters only
+	Beta1       float64 `json:"beta1"`        // 0.9
+	Beta2       float64 `json:"beta2"`        // 0.95
+	Eps         float64 `json:"eps"`          // 1e-8
+	GradClip    float64 `json:"grad_clip"`    // 1.0 global norm (0 = off)
+	Seed        uint64  `json:"seed"`         // weights, batches and dropout
+	EvalEvery   int     `json:"eval_every"`   // 100 steps between validation losses (0 = never)
+	EvalBatches int     `json:"eval_batches"` // 20 batches per validation loss
+	SaveEvery   int     `json:"save_every"`   // 500 steps between checkpoints of a run directory (0 = only at the end)
+	Tokenizer   string  `json:"tokenizer"`    // "bpe" | "char"
+	ValFraction float64 `json:"val_fraction"` // 0.1 of the tokens held out
+}
+
+// DefaultConfig is the `small` run.
+func DefaultConfig() Config {
+	return Config{
+		Name: "small", Model: gpt.DefaultConfig(),
+		Batch: 8, GradAccum: 1, Steps: 5000, LR: 1e-3, Warmup: 100,
+		Schedule: "cosine", Cooldown: 0.2, WeightDecay: 0.1,
+		Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1,
+		Seed: 1337, EvalEvery: 100, EvalBatches: 20, SaveEvery: 500,
+		Tokenizer: "bpe", ValFraction: 0.1,
+	}
+}
+
+// ParseConfig reads JSON over DefaultConfig (the model fields over
+// gpt.DefaultConfig), refusing unknown fields, and validates the result.
+func ParseConfig(data []byte) (Config, error) {
+	c := DefaultConfig()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("train: config: %v", err)
+	}
+	if dec.More() {
+		return Config{}, fmt.Errorf("train: config: trailing data after the JSON object")
+	}
+	return c, c.Validate()
+}
+
+// LoadConfig reads a config by name (one of configs.Names()) or from a
+// .json file.
+func LoadConfig(nameOrPath string) (Config, error) {
+	var data []byte
+	var err error
+	if strings.HasSuffix(nameOrPath, ".json") || strings.ContainsRune(nameOrPath, os.PathSeparator) {
+		data, err = os.ReadFile(nameOrPath)
+	} else {
+		data, err = configs.Get(nameOrPath)
+	}
+	if err != nil {
+		return Config{}, err
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", nameOrPath, err)
+	}
+	return c, nil
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	if err := c.Model.Validate(); err != nil {
+		return err
+	}
+	bad := func(format string, a ...any) error { return fmt.Errorf("train: config: "+format, a...) }
+	switch {
+	case c.Batch < 1 || c.GradAccum < 1:
+		return bad("batch %d, grad_accum %d: both must be at least 1", c.Batch, c.GradAccum)
+	case c.Steps < 1:
+		return bad("steps %d: want at least 1", c.Steps)
+	case !(c.LR > 0) || c.MinLR < 0:
+		return bad("lr %g, min_lr %g: want lr > 0 and min_lr >= 0", c.LR, c.MinLR)
+	case c.Warmup < 0:
+		return bad("warmup %d: want >= 0", c.Warmup)
+	case c.Schedule != "cosine" && c.Schedule != "wsd" && c.Schedule != "constant":
+		return bad("schedule %q: want \"cosine\", \"wsd\" or \"constant\"", c.Schedule)
+	case c.Cooldown < 0 || c.Cooldown > 1:
+		return bad("cooldown %g: want a fraction 0..1", c.Cooldown)
+	case c.WeightDecay < 0 || c.Beta1 < 0 || c.Beta1 >= 1 || c.Beta2 < 0 || c.Beta2 >= 1 || !(c.Eps > 0):
+		return bad("weight_decay %g, beta1 %g, beta2 %g, eps %g: want wd >= 0, betas in [0, 1), eps > 0", c.WeightDecay, c.Beta1, c.Beta2, c.Eps)
+	case c.GradClip < 0:
+		return bad("grad_clip %g: want >= 0 (0 turns clipping off)", c.GradClip)
+	case c.EvalEvery < 0 || c.EvalBatches < 0 || c.SaveEvery < 0:
+		return bad("eval_every, eval_batches and save_every must not be negative")
+	case c.Tokenizer != "bpe" && c.Tokenizer != "char":
+		return bad("tokenizer %q: want \"bpe\" or \"char\"", c.Tokenizer)
+	case c.Tokenizer == "bpe" && c.Model.Vocab < 256:
+		return bad("a byte-level BPE needs vocab >= 256, got %d", c.Model.Vocab)
+	case !(c.ValFraction > 0) || c.ValFraction >= 1:
+		return bad("val_fraction %g: want 0 < f < 1", c.ValFraction)
+	}
+	return nil
+}
+
+// LRSchedule returns the learning-rate schedule c describes.
+func (c Config) LRSchedule() optim.Schedule {
+	minLR := c.MinLR
+	if minLR == 0 {
+		minLR = c.LR / 10
+	}
+	switch c.Schedule {
+	case "wsd":
+		return optim.WSD{LR: c.LR, MinLR: minLR, Warmup: c.Warmup, Decay: int(c.Cooldown * float64(c.Steps)), Total: c.Steps}
+	case "constant":
+		return optim.WSD{LR: c.LR, MinLR: c.LR, Warmup: c.Warmup, Total: 1 << 62}
+	}
+	return optim.WarmupCosine{LR: c.LR, MinLR: minLR, Warmup: c.Warmup, Total: c.Steps}
+}
+
+// TokensPerStep is batch × context × grad_accum.
+func (c Config) TokensPerStep() int { return c.Batch * c.Model.Context * c.GradAccum }
+
+// AdamW returns the optimizer settings (lr set per step by the schedule).
+func (c Config) AdamW() optim.AdamWConfig {
+	return optim.AdamWConfig{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay}
+}

@@ -1,0 +1,626 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/forgeml/forge/forge/data"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/tokenizer"
+)
+
+// Files of a run directory.
+const (
+	ConfigFile      = "config.json"
+	TokenizerFile   = "tokenizer.json"
+	DataDir         = "data"
+	SourceFile      = "data/source.json"
+	MetricsFile     = "metrics.jsonl"
+	CheckpointDir   = "checkpoints"
+	LatestFile      = "checkpoints/latest"
+	keepCheckpoints = 2
+)
+
+// Session is a run directory opened for training: config, tokenizer,
+// token files, the latest checkpoint (weights, optimizer moments, RNG and
+// loader state) and the metrics history, one JSON line per step:
+//
+//	run/config.json
+//	run/tokenizer.json
+//	run/data/train.bin, val.bin, source.json
+//	run/checkpoints/step-000120/{model,optim}.safetensors, state.json
+//	run/checkpoints/latest            the name of the newest complete checkpoint
+//	run/metrics.jsonl
+//
+// Every file is written to a temporary name and renamed into place, and a
+// checkpoint directory is complete before `latest` names it, so a crash at
+// any moment leaves a run that opens at its last good checkpoint. Resuming
+// is exact: N steps, Save, Open, M steps gives the losses of N+M steps in
+// one go, bit for bit.
+type Session struct {
+	Dir       string
+	Config    Config
+	Tokenizer tokenizer.Tokenizer
+	Model     *gpt.Model
+	Trainer   *Trainer
+	TrainData *data.Loader
+	ValData   *data.Loader
+
+	log      io.Writer
+	metrics  *os.File // append-only metrics.jsonl
+	saved    int      // step of the last checkpoint
+	resumed  bool
+	fellBack string // why an older checkpoint was used, if it was
+}
+
+// OpenOptions configure Open.
+type OpenOptions struct {
+	// Config is the run's config when Open creates it (nil: DefaultConfig).
+	// For an existing run it must be nil or describe the same model and
+	// batch shape; its other fields (steps, lr, schedule, eval and save
+	// cadence) replace the saved ones.
+	Config *Config
+	// Texts is the training text of a new run (nil: the built-in corpus).
+	Texts []string
+	// Source describes the texts for data/source.json ("austen", file names).
+	Source string
+	// Log receives progress lines (tokenizer training, encoding); nil: quiet.
+	Log io.Writer
+	// NoCache turns off the prepared-corpus cache under the user's cache
+	// directory (FORGE_CACHE_DIR overrides its location).
+	NoCache bool
+}
+
+// Open creates the run directory dir, or resumes the run in it.
+func Open(dir string, opts OpenOptions) (*Session, error) {
+	s := &Session{Dir: dir, log: opts.Log}
+	if s.log == nil {
+		s.log = io.Discard
+	}
+	_, err := os.Stat(filepath.Join(dir, ConfigFile))
+	switch {
+	case err == nil:
+		err = s.resume(opts)
+	case errors.Is(err, os.ErrNotExist):
+		err = s.create(opts)
+	default:
+		err = fmt.Errorf("train: %v", err)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Resumed reports whether Open continued an existing run.
+func (s *Session) Resumed() bool { return s.resumed }
+
+// FellBack says why Open used an older checkpoint than `latest` named ("" if
+// it did not).
+func (s *Session) FellBack() string { return s.fellBack }
+
+func (s *Session) create(opts OpenOptions) error {
+	cfg := DefaultConfig()
+	if opts.Config != nil {
+		cfg = *opts.Config
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	texts, source := opts.Texts, opts.Source
+	if texts == nil {
+		texts, source = []string{data.Austen()}, data.DefaultCorpus
+	}
+	if err := os.MkdirAll(filepath.Join(s.Dir, CheckpointDir), 0o755); err != nil {
+		return fmt.Errorf("train: creating the run directory: %v", err)
+	}
+	tok, err := prepare(texts, source, cfg, filepath.Join(s.Dir, DataDir), s.log, !opts.NoCache)
+	if err != nil {
+		return err
+	}
+	if cfg.Tokenizer == "char" {
+		cfg.Model.Vocab = tok.VocabSize()
+	}
+	if err := tok.Save(filepath.Join(s.Dir, TokenizerFile)); err != nil {
+		return err
+	}
+	s.Config, s.Tokenizer = cfg, tok
+	if err := s.build(); err != nil {
+		return err
+	}
+	// The config goes last: its presence marks a run directory as created.
+	if err := s.Save(); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(s.Dir, ConfigFile), cfg)
+}
+
+func (s *Session) build() error {
+	cfg := s.Config
+	m, err := gpt.New(cfg.Model, cfg.Seed)
+	if err != nil {
+		return err
+	}
+	s.TrainData, err = data.OpenLoader(filepath.Join(s.Dir, DataDir, data.TrainFile), cfg.Batch, cfg.Model.Context, cfg.Seed+1)
+	if err != nil {
+		return err
+	}
+	s.ValData, err = data.OpenLoader(filepath.Join(s.Dir, DataDir, data.ValFile), cfg.Batch, cfg.Model.Context, cfg.Seed+2)
+	if err != nil {
+		return err
+	}
+	val := func() (xs, ys [][]int32) {
+		for x, y := range s.ValData.Eval(cfg.EvalBatches) {
+			xs, ys = append(xs, x), append(ys, y)
+		}
+		return xs, ys
+	}
+	s.Model = m
+	s.Trainer, err = NewTrainer(cfg, m, s.TrainData, val)
+	if err != nil {
+		return err
+	}
+	return s.openMetrics()
+}
+
+func (s *Session) resume(opts OpenOptions) error {
+	s.resumed = true
+	b, err := os.ReadFile(filepath.Join(s.Dir, ConfigFile))
+	if err != nil {
+		return fmt.Errorf("train: %v", err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return fmt.Errorf("train: %s: %w", filepath.Join(s.Dir, ConfigFile), err)
+	}
+	if opts.Config != nil {
+		o := *opts.Config
+		if o.Tokenizer == "char" {
+			o.Model.Vocab = cfg.Model.Vocab
+		}
+		if o.Model != cfg.Model || o.Batch != cfg.Batch || o.Seed != cfg.Seed || o.Tokenizer != cfg.Tokenizer {
+			return fmt.Errorf("train: %s holds a run of another model or batch shape (%s); open it without a config to resume it, or choose a new directory", s.Dir, cfg.Name)
+		}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		cfg = o
+	}
+	s.Config = cfg
+	s.Tokenizer, err = tokenizer.Load(filepath.Join(s.Dir, TokenizerFile))
+	if err != nil {
+		return err
+	}
+	if s.Tokenizer.VocabSize() > cfg.Model.Vocab {
+		return fmt.Errorf("train: %s: the tokenizer has %d tokens but the model only %d", s.Dir, s.Tokenizer.VocabSize(), cfg.Model.Vocab)
+	}
+	if err := s.build(); err != nil {
+		return err
+	}
+	return s.loadLatest()
+}
+
+// Save writes a checkpoint of the current step and makes it the latest.
+func (s *Session) Save() error {
+	step := s.Trainer.StepCount()
+	name := fmt.Sprintf("step-%06d", step)
+	root := filepath.Join(s.Dir, CheckpointDir)
+	tmp, err := os.MkdirTemp(root, ".tmp-"+name+"-")
+	if err != nil {
+		return fmt.Errorf("train: saving: %v", err)
+	}
+	defer os.RemoveAll(tmp) // after a successful rename there is nothing left
+	st := State{
+		Format: stateFormat, Version: stateVersion, Step: step,
+		History: len(s.Trainer.History.Steps), Tokens: s.Trainer.tokens,
+		Loader: s.TrainData.State(), Dropout: s.Model.DropoutGenerator().State(),
+		LROverride: s.Trainer.lrSet, Files: map[string]string{},
+	}
+	if err := saveCheckpoint(tmp, s.Model, s.Trainer.Opt, &st); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(tmp, stateFile), st); err != nil {
+		return err
+	}
+	dst := filepath.Join(root, name)
+	if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("train: saving: %v", err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("train: saving: %v", err)
+	}
+	syncDir(root)
+	if err := writeFileAtomic(filepath.Join(s.Dir, LatestFile), []byte(name+"\n")); err != nil {
+		return err
+	}
+	s.saved = step
+	s.prune(name)
+	return nil
+}
+
+// prune removes all but the newest checkpoints (always keeping latest).
+func (s *Session) prune(latest string) {
+	names := checkpointNames(filepath.Join(s.Dir, CheckpointDir))
+	kept := 0
+	for i := len(names) - 1; i >= 0; i-- {
+		if names[i] == latest || kept < keepCheckpoints-1 && names[i] < latest {
+			if names[i] != latest {
+				kept++
+			}
+			continue
+		}
+		os.RemoveAll(filepath.Join(s.Dir, CheckpointDir, names[i]))
+	}
+}
+
+// checkpointNames lists the complete checkpoint directories, oldest first.
+func checkpointNames(root string) []string {
+	ents, _ := os.ReadDir(root)
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "step-") {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// loadLatest restores the checkpoint `latest` names, or, if it is missing
+// or damaged, the newest one that loads.
+func (s *Session) loadLatest() error {
+	root := filepath.Join(s.Dir, CheckpointDir)
+	var tries []string
+	if b, err := os.ReadFile(filepath.Join(s.Dir, LatestFile)); err == nil {
+		tries = append(tries, strings.TrimSpace(string(b)))
+	}
+	names := checkpointNames(root)
+	for i := len(names) - 1; i >= 0; i-- {
+		if !slices.Contains(tries, names[i]) {
+			tries = append(tries, names[i])
+		}
+	}
+	var errs []string
+	for i, name := range tries {
+		err := s.loadCheckpoint(filepath.Join(root, name))
+		if err == nil {
+			if i > 0 {
+				s.fellBack = fmt.Sprintf("checkpoint %s could not be used (%s); resumed from %s", tries[0], errs[0], name)
+				fmt.Fprintf(s.log, "warning: %s\n", s.fellBack)
+			}
+			return nil
+		}
+		errs = append(errs, err.Error())
+	}
+	if len(tries) == 0 {
+		return fmt.Errorf("train: %s has no checkpoint; the run was never saved (delete the directory to start again)", s.Dir)
+	}
+	return fmt.Errorf("train: no checkpoint in %s loads: %s", root, strings.Join(errs, "; "))
+}
+
+func (s *Session) loadCheckpoint(dir string) error {
+	st, err := readState(dir)
+	if err != nil {
+		return err
+	}
+	if err := loadCheckpoint(dir, s.Model, s.Trainer.Opt, &st); err != nil {
+		return err
+	}
+	if err := s.TrainData.SetState(st.Loader); err != nil {
+		return err
+	}
+	s.Model.DropoutGenerator().SetState(st.Dropout)
+	s.Trainer.tokens = st.Tokens
+	s.Trainer.lrSet = st.LROverride
+	hist, err := readMetrics(filepath.Join(s.Dir, MetricsFile), st.History)
+	if err != nil {
+		return err
+	}
+	s.Trainer.History.Steps = hist
+	s.saved = st.Step
+	// Drop lines written after the checkpoint: the resumed run redoes them.
+	return s.rewriteMetrics()
+}
+
+// Train runs n steps (until ctx is cancelled, checked between steps),
+// appending each record to metrics.jsonl, saving every Config.SaveEvery
+// steps and when it stops. It returns the number of steps done.
+func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error) {
+	all := append([]Callback{s.record}, cbs...)
+	done, err := s.Trainer.Run(ctx, n, all...)
+	if serr := s.Save(); err == nil {
+		err = serr
+	}
+	return done, err
+}
+
+func (s *Session) record(m Metrics) error {
+	if err := s.appendMetrics(m); err != nil {
+		return err
+	}
+	if every := s.Config.SaveEvery; every > 0 && m.Step%every == 0 && m.Step != s.saved {
+		return s.Save()
+	}
+	return nil
+}
+
+// Close saves nothing; it releases the token files and the metrics file.
+func (s *Session) Close() error {
+	var errs []error
+	if s.metrics != nil {
+		errs = append(errs, s.metrics.Close())
+		s.metrics = nil
+	}
+	for _, l := range []*data.Loader{s.TrainData, s.ValData} {
+		if l != nil {
+			errs = append(errs, l.Close())
+		}
+	}
+	s.TrainData, s.ValData = nil, nil
+	return errors.Join(errs...)
+}
+
+func (s *Session) openMetrics() error {
+	f, err := os.OpenFile(filepath.Join(s.Dir, MetricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("train: %v", err)
+	}
+	s.metrics = f
+	return nil
+}
+
+func (s *Session) appendMetrics(m Metrics) error {
+	b, _ := json.Marshal(m)
+	_, err := s.metrics.Write(append(b, '\n'))
+	return err
+}
+
+func (s *Session) rewriteMetrics() error {
+	var buf bytes.Buffer
+	for _, m := range s.Trainer.History.Steps {
+		b, _ := json.Marshal(m)
+		buf.Write(append(b, '\n'))
+	}
+	if s.metrics != nil {
+		s.metrics.Close()
+		s.metrics = nil
+	}
+	if err := writeFileAtomic(filepath.Join(s.Dir, MetricsFile), buf.Bytes()); err != nil {
+		return err
+	}
+	return s.openMetrics()
+}
+
+// readMetrics returns the first n records of a metrics file. A torn last
+// line (a crash mid-write) past the first n is ignored.
+func readMetrics(path string, n int) ([]Metrics, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) && n == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: %v", err)
+	}
+	defer f.Close()
+	out := make([]Metrics, 0, n)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for len(out) < n && sc.Scan() {
+		var m Metrics
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			return nil, fmt.Errorf("train: %s line %d: %v", path, len(out)+1, err)
+		}
+		out = append(out, m)
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("train: %s has %d records, the checkpoint needs %d (file truncated?)", path, len(out), n)
+	}
+	return out, nil
+}
+
+// prepare trains the tokenizer on texts and writes the token files into
+// dir, reusing an earlier preparation of the same text from the cache.
+func prepare(texts []string, source string, cfg Config, dir string, log io.Writer, useCache bool) (tokenizer.Tokenizer, error) {
+	h := sha256.New()
+	for _, t := range texts {
+		fmt.Fprintf(h, "%d:", len(t))
+		io.WriteString(h, t)
+	}
+	key := fmt.Sprintf("%s-%s%d-val%g", hex.EncodeToString(h.Sum(nil))[:16], cfg.Tokenizer, cfg.Model.Vocab, cfg.ValFraction)
+	if cfg.Tokenizer == "char" {
+		key = fmt.Sprintf("%s-char-val%g", hex.EncodeToString(h.Sum(nil))[:16], cfg.ValFraction)
+	}
+	cache := ""
+	if useCache {
+		cache = cacheDir(key)
+	}
+	if cache != "" {
+		if tok, err := tokenizer.Load(filepath.Join(cache, TokenizerFile)); err == nil {
+			if err := copyPrepared(cache, dir, cfg.Model.Context); err == nil {
+				fmt.Fprintf(log, "using the prepared corpus in %s\n", cache)
+				return tok, nil
+			}
+		}
+	}
+	size := 0
+	for _, t := range texts {
+		size += len(t)
+	}
+	var tok tokenizer.Tokenizer
+	start := time.Now()
+	if cfg.Tokenizer == "char" {
+		tok = tokenizer.TrainChar(strings.Join(texts, ""))
+	} else {
+		fmt.Fprintf(log, "training a %d-token BPE on %s of text…\n", cfg.Model.Vocab, humanBytes(size))
+		bpe, err := tokenizer.TrainBPE(strings.Join(texts, ""), cfg.Model.Vocab, tokenizer.BPEOptions{})
+		if err != nil {
+			return nil, err
+		}
+		tok = bpe
+		fmt.Fprintf(log, "tokenizer trained in %.1fs\n", time.Since(start).Seconds())
+	}
+	res, err := data.Prepare(texts, tok, dir, data.PrepareOptions{ValFraction: cfg.ValFraction, Context: cfg.Model.Context, Parallel: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(dir, "source.json"), map[string]any{
+		"source": source, "bytes": size, "train_tokens": res.TrainTokens, "val_tokens": res.ValTokens,
+		"tokenizer": tok.Kind(), "vocab": tok.VocabSize(),
+	}); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "corpus: %s → %d training and %d validation tokens (%.2f bytes/token)\n",
+		humanBytes(size), res.TrainTokens, res.ValTokens, float64(size)/float64(max(1, res.Tokens())))
+	if cache != "" {
+		// Best effort: a cache that cannot be written only costs time.
+		if err := os.MkdirAll(cache, 0o755); err == nil {
+			_ = tok.Save(filepath.Join(cache, TokenizerFile))
+			for _, f := range []string{data.TrainFile, data.ValFile, "source.json"} {
+				_ = copyFile(filepath.Join(dir, f), filepath.Join(cache, f))
+			}
+		}
+	}
+	return tok, nil
+}
+
+// cacheDir is where prepared corpora are kept: $FORGE_CACHE_DIR or the
+// user's cache directory + forge/prepared ("" if there is none).
+func cacheDir(key string) string {
+	root := os.Getenv("FORGE_CACHE_DIR")
+	if root == "" {
+		c, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		root = filepath.Join(c, "forge")
+	}
+	return filepath.Join(root, "prepared", key)
+}
+
+func copyPrepared(cache, dir string, context int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{data.TrainFile, data.ValFile} {
+		toks, err := data.ReadTokens(filepath.Join(cache, f))
+		if err != nil || len(toks) < context+1 {
+			return fmt.Errorf("cached %s unusable", f)
+		}
+	}
+	for _, f := range []string{data.TrainFile, data.ValFile, "source.json"} {
+		if err := copyFile(filepath.Join(cache, f), filepath.Join(dir, f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(dst, b)
+}
+
+func humanBytes(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// Snapshot is a run's model at its latest checkpoint, loaded for use
+// (generation, evaluation, export) without opening it for training.
+type Snapshot struct {
+	Dir       string
+	Config    Config
+	Tokenizer tokenizer.Tokenizer
+	Model     *gpt.Model
+	Step      int
+	State     State
+}
+
+// Load reads the run in dir at its latest loadable checkpoint. It writes
+// nothing.
+func Load(dir string) (*Snapshot, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("train: %s is not a run directory (no %s); train one first with `forge train --run %s`", dir, ConfigFile, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: %v", err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("train: %s: %w", filepath.Join(dir, ConfigFile), err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, TokenizerFile))
+	if err != nil {
+		return nil, err
+	}
+	m, err := gpt.New(cfg.Model, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(dir, CheckpointDir)
+	var tries []string
+	if b, err := os.ReadFile(filepath.Join(dir, LatestFile)); err == nil {
+		tries = append(tries, strings.TrimSpace(string(b)))
+	}
+	names := checkpointNames(root)
+	for i := len(names) - 1; i >= 0; i-- {
+		if !slices.Contains(tries, names[i]) {
+			tries = append(tries, names[i])
+		}
+	}
+	var errs []string
+	for _, name := range tries {
+		cdir := filepath.Join(root, name)
+		st, err := readState(cdir)
+		if err == nil {
+			err = verifyFiles(cdir, &st)
+		}
+		if err == nil {
+			err = LoadWeights(filepath.Join(cdir, modelFile), m)
+		}
+		if err == nil {
+			m.SetTraining(false)
+			return &Snapshot{Dir: dir, Config: cfg, Tokenizer: tok, Model: m, Step: st.Step, State: st}, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return nil, fmt.Errorf("train: no checkpoint in %s loads: %s", root, strings.Join(errs, "; "))
+}
+
+func readState(dir string) (State, error) {
+	var st State
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %v", filepath.Join(dir, stateFile), err)
+	}
+	if st.Format != stateFormat || st.Version != stateVersion {
+		return st, fmt.Errorf("%s: not a forge run state (format %q version %d)", filepath.Join(dir, stateFile), st.Format, st.Version)
+	}
+	return st, nil
+}

@@ -1,0 +1,162 @@
+package train
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/forgeml/forge/forge/data"
+)
+
+// testRunConfig is a small, fast run on a slice of the built-in corpus.
+func testRunConfig() Config {
+	c := DefaultConfig()
+	c.Name = "test"
+	c.Model.Vocab, c.Model.Context, c.Model.Dim, c.Model.Layers, c.Model.Heads = 300, 32, 32, 2, 2
+	c.Model.Dropout = 0.1 // the dropout generator must resume too
+	c.Batch, c.GradAccum, c.Steps, c.Warmup = 4, 2, 50, 3
+	c.EvalEvery, c.EvalBatches, c.SaveEvery = 4, 2, 3
+	return c
+}
+
+func testTexts() []string { return []string{data.Austen()[:60000]} }
+
+func openTest(t *testing.T, dir string, cfg *Config) *Session {
+	t.Helper()
+	s, err := Open(dir, OpenOptions{Config: cfg, Texts: testTexts(), Source: "test", NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func losses(h History) []float64 {
+	var out []float64
+	for _, m := range h.Steps {
+		out = append(out, m.Loss)
+	}
+	return out
+}
+
+func TestResumeIsExact(t *testing.T) {
+	cfg := testRunConfig()
+	whole := openTest(t, t.TempDir(), &cfg)
+	if _, err := whole.Train(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	want := losses(whole.Trainer.History)
+	whole.Close()
+
+	dir := t.TempDir()
+	a := openTest(t, dir, &cfg)
+	if _, err := a.Train(context.Background(), 7); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b := openTest(t, dir, nil)
+	defer b.Close()
+	if !b.Resumed() || b.Trainer.StepCount() != 7 || len(b.Trainer.History.Steps) != 7 {
+		t.Fatalf("resumed at step %d with %d records", b.Trainer.StepCount(), len(b.Trainer.History.Steps))
+	}
+	if _, err := b.Train(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	got := losses(b.Trainer.History)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("step %d: resumed loss %v, uninterrupted %v\nresumed %v\nwhole   %v", i+1, got[i], want[i], got, want)
+		}
+	}
+	if v := b.Trainer.History.Steps[7].ValLoss; v == nil || *v != *whole.Trainer.History.Steps[7].ValLoss {
+		t.Errorf("validation loss at step 8 differs after resume")
+	}
+	// metrics.jsonl holds exactly the 10 records.
+	hist, err := readMetrics(filepath.Join(dir, MetricsFile), 10)
+	if err != nil || len(hist) != 10 || hist[9].Loss != want[9] {
+		t.Errorf("metrics file: %d records, err %v", len(hist), err)
+	}
+}
+
+// A run killed between steps (or mid-save) reopens at its last good
+// checkpoint, and the metrics written after it are dropped.
+func TestCrashRecovery(t *testing.T) {
+	cfg := testRunConfig()
+	cfg.SaveEvery = 0
+	dir := t.TempDir()
+	a := openTest(t, dir, &cfg)
+	a.Train(context.Background(), 4) // saves at the end: step 4
+	// Simulate a crash after 2 more steps: metrics written, no checkpoint.
+	a.Trainer.Run(context.Background(), 2, a.record)
+	a.metrics.Close()
+	a.metrics = nil
+	// ...and a save torn half way: a temporary directory and a checkpoint
+	// whose weights are truncated, already named by latest.
+	root := filepath.Join(dir, CheckpointDir)
+	os.MkdirAll(filepath.Join(root, ".tmp-step-000006-x"), 0o755)
+	bad := filepath.Join(root, "step-000006")
+	os.MkdirAll(bad, 0o755)
+	for _, f := range []string{modelFile, optimFile, stateFile} {
+		b, _ := os.ReadFile(filepath.Join(root, "step-000004", f))
+		os.WriteFile(filepath.Join(bad, f), b, 0o644)
+	}
+	b, _ := os.ReadFile(filepath.Join(bad, modelFile))
+	os.WriteFile(filepath.Join(bad, modelFile), b[:len(b)/2], 0o644)
+	os.WriteFile(filepath.Join(dir, LatestFile), []byte("step-000006\n"), 0o644)
+
+	s := openTest(t, dir, nil)
+	defer s.Close()
+	if s.Trainer.StepCount() != 4 || len(s.Trainer.History.Steps) != 4 {
+		t.Fatalf("reopened at step %d with %d records, want 4", s.Trainer.StepCount(), len(s.Trainer.History.Steps))
+	}
+	if !strings.Contains(s.FellBack(), "step-000006") || !strings.Contains(s.FellBack(), "checksum") {
+		t.Errorf("fell back silently or for the wrong reason: %q", s.FellBack())
+	}
+	if _, err := readMetrics(filepath.Join(dir, MetricsFile), 5); err == nil {
+		t.Error("metrics.jsonl still holds the records of the lost steps")
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	cfg := testRunConfig()
+	dir := t.TempDir()
+	s := openTest(t, dir, &cfg)
+	s.Close()
+	other := cfg
+	other.Model.Layers = 3
+	if _, err := Open(dir, OpenOptions{Config: &other}); err == nil || !strings.Contains(err.Error(), "another model") {
+		t.Errorf("opening with another model: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, ConfigFile), []byte(`{"model": {"vocab": 300, "n_layerz": 2}}`), 0o644)
+	if _, err := Open(dir, OpenOptions{}); err == nil || !strings.Contains(err.Error(), "n_layerz") {
+		t.Errorf("corrupt config: %v", err)
+	}
+	// Every checkpoint damaged: a clear error, nothing silently re-initialised.
+	dir2 := t.TempDir()
+	s = openTest(t, dir2, &cfg)
+	s.Close()
+	ents, _ := os.ReadDir(filepath.Join(dir2, CheckpointDir))
+	for _, e := range ents {
+		if e.IsDir() {
+			os.WriteFile(filepath.Join(dir2, CheckpointDir, e.Name(), stateFile), []byte("{"), 0o644)
+		}
+	}
+	if _, err := Open(dir2, OpenOptions{}); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
+		t.Errorf("all checkpoints damaged: %v", err)
+	}
+}
+
+func TestConfigsParse(t *testing.T) {
+	for _, name := range []string{"tiny", "small", "gpt-10m", "gpt-25m", "gpt-100m", "gpt2-tiny"} {
+		c, err := LoadConfig(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		t.Logf("%-9s %6.1f M parameters, %5.1f MFLOP/token", name, float64(c.Model.Params())/1e6, float64(c.Model.FLOPsPerToken())/1e6)
+	}
+	if _, err := LoadConfig("nope"); err == nil || !strings.Contains(err.Error(), "tiny") {
+		t.Errorf("unknown config: %v", err)
+	}
+}

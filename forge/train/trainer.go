@@ -1,0 +1,251 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/nn"
+	"github.com/forgeml/forge/forge/optim"
+)
+
+// Batches yields training batches: inputs and next-token targets, each
+// batch × context int32 ids (a *data.Loader is one).
+type Batches interface {
+	Next() (x, y []int32)
+}
+
+// EvalBatches yields the fixed batches a validation loss is computed on.
+type EvalBatches func() (xs, ys [][]int32)
+
+// Metrics is the record of one optimizer step.
+type Metrics struct {
+	Step         int      `json:"step"`               // 1-based: the number of updates done
+	Loss         float64  `json:"loss"`               // mean training loss over the step's micro-batches
+	ValLoss      *float64 `json:"val_loss,omitempty"` // when a validation loss was computed after this step
+	LR           float64  `json:"lr"`                 // learning rate used
+	GradNorm     float64  `json:"grad_norm"`          // global gradient norm before clipping
+	TokensPerSec float64  `json:"tokens_per_sec"`     // training tokens / step time
+	StepMS       float64  `json:"step_ms"`            // wall time of the step
+	Tokens       int64    `json:"tokens"`             // training tokens seen so far
+	Skipped      bool     `json:"skipped,omitempty"`  // non-finite gradient: no update made
+	Time         string   `json:"time,omitempty"`     // RFC 3339, when the step ended
+}
+
+// History is the list of step records, oldest first.
+type History struct {
+	Steps []Metrics
+}
+
+// Last returns the latest record (zero if none).
+func (h *History) Last() Metrics {
+	if len(h.Steps) == 0 {
+		return Metrics{}
+	}
+	return h.Steps[len(h.Steps)-1]
+}
+
+// Series returns one metric over the steps that have it: "loss",
+// "val_loss", "lr", "grad_norm", "tokens_per_sec" or "step_ms".
+func (h *History) Series(name string) (steps []int, values []float64, err error) {
+	for _, m := range h.Steps {
+		var v float64
+		switch name {
+		case "loss":
+			v = m.Loss
+		case "val_loss":
+			if m.ValLoss == nil {
+				continue
+			}
+			v = *m.ValLoss
+		case "lr":
+			v = m.LR
+		case "grad_norm":
+			v = m.GradNorm
+		case "tokens_per_sec":
+			v = m.TokensPerSec
+		case "step_ms":
+			v = m.StepMS
+		default:
+			return nil, nil, fmt.Errorf("train: no metric %q; choose loss, val_loss, lr, grad_norm, tokens_per_sec or step_ms", name)
+		}
+		steps = append(steps, m.Step)
+		values = append(values, v)
+	}
+	return steps, values, nil
+}
+
+// Trainer trains a model with AdamW on batches from a source:
+// Step does one optimizer update, Run many.
+type Trainer struct {
+	Config  Config
+	Model   *gpt.Model
+	Opt     *optim.AdamW
+	Train   Batches
+	Val     EvalBatches // nil: Eval returns an error
+	History History
+
+	sched  optim.Schedule
+	params []*forge.Tensor
+	tokens int64
+	lrSet  *float64 // an lr the user fixed (SetLR), overriding the schedule
+
+	beforeClip func() // a test hook: sees the gradients before clipping
+}
+
+// NewTrainer returns a trainer at step 0 with a fresh optimizer.
+func NewTrainer(cfg Config, model *gpt.Model, train Batches, val EvalBatches) (*Trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	params := nn.Tensors(model)
+	t := &Trainer{
+		Config: cfg, Model: model, Train: train, Val: val,
+		Opt:    optim.NewAdamWGroups(optim.DecayGroups(params, cfg.WeightDecay), cfg.AdamW()),
+		sched:  cfg.LRSchedule(),
+		params: params,
+	}
+	return t, nil
+}
+
+// StepCount is the number of updates made.
+func (t *Trainer) StepCount() int { return t.Opt.StepCount() }
+
+// LR returns the learning rate the next step will use.
+func (t *Trainer) LR() float64 {
+	if t.lrSet != nil {
+		return *t.lrSet
+	}
+	return t.sched.At(t.StepCount())
+}
+
+// SetLR fixes the learning rate for the following steps, overriding the
+// schedule; a negative value returns to the schedule.
+func (t *Trainer) SetLR(lr float64) {
+	if lr < 0 {
+		t.lrSet = nil
+		return
+	}
+	t.lrSet = &lr
+}
+
+// Step runs one optimizer update: GradAccum micro-batches of forward and
+// backward (each loss divided by GradAccum), global-norm clipping, AdamW.
+// A non-finite gradient norm skips the update (the record says so).
+func (t *Trainer) Step() Metrics {
+	start := time.Now()
+	cfg := t.Config
+	lr := t.LR()
+	t.Opt.SetLR(lr)
+	t.Opt.ZeroGrad()
+	t.Model.SetTraining(true)
+	B, T := cfg.Batch, cfg.Model.Context
+	loss := 0.0
+	for range cfg.GradAccum {
+		x, y := t.Train.Next()
+		l := t.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
+		if cfg.GradAccum > 1 {
+			l = l.MulScalar(1 / float64(cfg.GradAccum))
+		}
+		l.Backward()
+		loss += l.Item()
+	}
+	if t.beforeClip != nil {
+		t.beforeClip()
+	}
+	var norm float64
+	if cfg.GradClip > 0 {
+		norm = optim.ClipGradNorm(t.params, cfg.GradClip)
+	} else {
+		norm = optim.GradNorm(t.params)
+	}
+	skipped := math.IsNaN(norm) || math.IsInf(norm, 0)
+	if !skipped {
+		t.Opt.Step()
+	}
+	n := int64(B * T * cfg.GradAccum)
+	t.tokens += n
+	el := time.Since(start)
+	m := Metrics{
+		Step: t.StepCount(), Loss: loss, LR: lr, GradNorm: norm,
+		TokensPerSec: float64(n) / el.Seconds(), StepMS: float64(el.Microseconds()) / 1e3,
+		Tokens: t.tokens, Skipped: skipped, Time: time.Now().UTC().Format(time.RFC3339),
+	}
+	if skipped {
+		// The step count does not move; keep records distinct anyway.
+		m.Step = t.StepCount()
+	}
+	t.History.Steps = append(t.History.Steps, m)
+	return m
+}
+
+// Eval returns the mean loss over the validation batches, with dropout
+// off and no graph recorded.
+func (t *Trainer) Eval() (float64, error) {
+	if t.Val == nil {
+		return 0, errors.New("train: no validation data")
+	}
+	xs, ys := t.Val()
+	if len(xs) == 0 {
+		return 0, errors.New("train: the validation set is smaller than one batch")
+	}
+	was := t.Model.Training()
+	t.Model.SetTraining(false)
+	defer t.Model.SetTraining(was)
+	sum := 0.0
+	forge.NoGrad(func() {
+		for i := range xs {
+			T := t.Config.Model.Context
+			b := len(xs[i]) / T
+			sum += t.Model.Loss(forge.FromSlice(xs[i], b, T), forge.FromSlice(ys[i], b, T)).Item()
+		}
+	})
+	return sum / float64(len(xs)), nil
+}
+
+// Callback sees each step's record; returning ErrStop ends Run early
+// without an error, any other error ends it with that error.
+type Callback func(m Metrics) error
+
+// ErrStop stops Run from a callback.
+var ErrStop = errors.New("train: stop")
+
+// Run does n steps (or until ctx is cancelled, checked between steps),
+// computing a validation loss every Config.EvalEvery steps and on the
+// last, and calls the callbacks after each step. It returns the number of
+// steps done.
+func (t *Trainer) Run(ctx context.Context, n int, cbs ...Callback) (int, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	for i := 0; i < n; i++ {
+		if ctx.Err() != nil {
+			return i, nil
+		}
+		var m Metrics
+		if err := forge.Try(func() { m = t.Step() }); err != nil {
+			return i, err
+		}
+		if t.Val != nil && ((t.Config.EvalEvery > 0 && m.Step%t.Config.EvalEvery == 0) || (i == n-1 && t.Config.EvalEvery > 0)) {
+			v, err := t.Eval()
+			if err != nil {
+				return i + 1, err
+			}
+			m.ValLoss = &v
+			t.History.Steps[len(t.History.Steps)-1] = m
+		}
+		for _, cb := range cbs {
+			if err := cb(m); err != nil {
+				if errors.Is(err, ErrStop) {
+					return i + 1, nil
+				}
+				return i + 1, err
+			}
+		}
+	}
+	return n, nil
+}
