@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: setup run test test-fast bench check-darwin lint golden
+.PHONY: setup run test test-fast bench check-darwin lint golden fuzz
 
 setup:
 	@scripts/setup.sh
@@ -11,13 +11,27 @@ run: setup
 	$(GO) run ./cmd/forge
 
 # The full test run, as CI does it: lint, the darwin cross-build, every
-# package's tests on the CPU backend, and the backend suite again with the
-# pure-Go matmul (no BLAS), and a one-round smoke run of the benchmark tool
-# so it cannot rot.
-test: setup lint check-darwin
+# package's tests on the CPU backend, the backend suite again with the
+# pure-Go matmul (no BLAS), a few seconds of every fuzz target, and a
+# one-round smoke run of the benchmark tool so it cannot rot.
+test: lint check-darwin
+	@scripts/setup.sh test
 	$(GO) test ./...
 	FORGE_BLAS=off $(GO) test ./forge/cpu/ ./forge/forgetest/
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
+
+# Every parser of untrusted files under the fuzzer (FUZZTIME each; the
+# corpus found so far lives in testdata/fuzz of each package).
+FUZZTIME ?= 30s
+FUZZ_TARGETS = forge/tokenizer:FuzzRoundTrip forge/tokenizer:FuzzUnmarshal forge/data:FuzzParseTokens \
+	forge/safetensors:FuzzUnmarshal forge/train:FuzzParseConfig forge/train:FuzzParseState
+fuzz:
+	@log=$$(mktemp); for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./$$pkg >$$log 2>&1 || \
+		{ cat $$log; rm -f $$log; exit 1; }; \
+	done; rm -f $$log
 
 test-fast:
 	$(GO) test ./...

@@ -3,6 +3,8 @@
 #   scripts/setup.sh          OpenBLAS (fast CPU matmul)
 #   scripts/setup.sh bench    + numpy, the side-by-side baseline of `make bench`
 #   scripts/setup.sh golden   + PyTorch, to regenerate the parity fixtures
+#   scripts/setup.sh test     + PyTorch, for the tests that check exports and
+#                             file formats against it (`make test`)
 # On Debian/Ubuntu it uses apt-get (as root, or through sudo). Elsewhere it
 # says what to install and carries on: Forge runs without OpenBLAS (a pure-Go
 # matmul serves, and says so), and macOS uses Accelerate.
@@ -16,7 +18,7 @@ if [ "$(uname -s)" = Linux ]; then
   have_lib libopenblas.so.0 || want+=(libopenblas0)
   case "${1:-}" in
     bench) have_py numpy || want+=(python3-numpy) ;;
-    golden) have_py numpy || want+=(python3-numpy); have_py torch || want+=(python3-torch) ;;
+    golden | test) have_py numpy || want+=(python3-numpy); have_py torch || want+=(python3-torch) ;;
   esac
 fi
 [ ${#want[@]} -eq 0 ] && exit 0

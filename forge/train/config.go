@@ -15,8 +15,8 @@ import (
 // Config is a training run: the model and everything about how it trains.
 // Files in configs/ override the fields of DefaultConfig.
 type Config struct {
-	Name    string     `json:"name,omitempty"`    // "small"
-	Comment string     `json:"comment,omitempty"` // free text
+	Name    string     `json:"name"`    // "small"
+	Comment string     `json:"comment"` // free text
 	Model   gpt.Config `json:"model"`
 
 	Batch       int     `json:"batch"`        // 8 sequences per micro-batch

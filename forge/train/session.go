@@ -611,16 +611,32 @@ func Load(dir string) (*Snapshot, error) {
 }
 
 func readState(dir string) (State, error) {
-	var st State
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	path := filepath.Join(dir, stateFile)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return st, err
+		return State{}, err
 	}
+	st, err := ParseState(b)
+	if err != nil {
+		return st, fmt.Errorf("%s: %v", path, err)
+	}
+	return st, nil
+}
+
+// ParseState reads a checkpoint's state.json, checking its format,
+// version and that its numbers make sense.
+func ParseState(b []byte) (State, error) {
+	var st State
 	if err := json.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("%s: %v", filepath.Join(dir, stateFile), err)
+		return State{}, err
 	}
-	if st.Format != stateFormat || st.Version != stateVersion {
-		return st, fmt.Errorf("%s: not a forge run state (format %q version %d)", filepath.Join(dir, stateFile), st.Format, st.Version)
+	switch {
+	case st.Format != stateFormat || st.Version != stateVersion:
+		return State{}, fmt.Errorf("not a forge run state (format %q version %d; want %q version %d)", st.Format, st.Version, stateFormat, stateVersion)
+	case st.Step < 0 || st.History < 0 || st.Tokens < 0:
+		return State{}, fmt.Errorf("negative step %d, history %d or tokens %d", st.Step, st.History, st.Tokens)
+	case st.Files[modelFile] == "" || st.Files[optimFile] == "":
+		return State{}, fmt.Errorf("no checksums for %s and %s", modelFile, optimFile)
 	}
 	return st, nil
 }
