@@ -20,6 +20,7 @@ test: lint check-darwin
 	FORGE_BLAS=off $(GO) test ./forge/cpu/ ./forge/forgetest/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
+	$(GO) run ./tests/benchtrain -quick >/dev/null
 
 # Every parser of untrusted files under the fuzzer (FUZZTIME each; the
 # corpus found so far lives in testdata/fuzz of each package).
@@ -36,10 +37,12 @@ fuzz:
 test-fast:
 	$(GO) test ./...
 
-# Side-by-side benchmark against numpy (OpenBLAS) in one run.
+# Side-by-side benchmarks in one run: kernels against numpy (OpenBLAS),
+# then GPT training steps against PyTorch (../shared/bench/torch_gpt_step.py).
 bench:
-	@scripts/setup.sh bench
+	@scripts/setup.sh golden
 	$(GO) run ./tests/bench
+	$(GO) run ./tests/benchtrain
 
 # The Metal users' platform must always build (purego, no cgo).
 check-darwin:
