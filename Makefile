@@ -1,4 +1,4 @@
-# Forge for Go. `make run` runs the demo; `make test` runs every test.
+# Forge for Go. `make run` trains the tiny GPT and samples from it; `make test` runs every test.
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -8,7 +8,8 @@ setup:
 	@scripts/setup.sh
 
 run: setup
-	$(GO) run ./cmd/forge
+	$(GO) run ./cmd/forge train
+	$(GO) run ./cmd/forge generate --prompt "It is a truth universally acknowledged" -n 120
 
 # The full test run, as CI does it: lint, the darwin cross-build, every
 # package's tests on the CPU backend, the backend suite again with the
@@ -58,3 +59,4 @@ golden:
 	@scripts/setup.sh golden
 	/usr/bin/python3 tests/torch_golden.py
 	/usr/bin/python3 tests/torch_optim.py
+	/usr/bin/python3 tests/torch_train_step.py
