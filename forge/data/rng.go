@@ -3,24 +3,16 @@ package data
 import (
 	"encoding/json"
 	"fmt"
-	"math/bits"
+	"github.com/forgeml/forge/forge"
 	"strconv"
 )
 
-// The Loader's random numbers come from xoshiro256** (Blackman and Vigna),
-// a 256-bit-state generator, whose state is filled from the seed by four
-// steps of SplitMix64, the seeding its authors recommend. Both use only
-// 64-bit integer arithmetic, so a seed gives the same numbers on every
-// platform and Go version; TestRNGGolden pins the first outputs.
-
-// splitmix64 advances *x and returns the next SplitMix64 output.
-func splitmix64(x *uint64) uint64 {
-	*x += 0x9e3779b97f4a7c15
-	z := *x
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
-}
+// The Loader's random numbers come from forge.Generator — xoshiro256**
+// (Blackman and Vigna) seeded by four steps of SplitMix64 — the generator
+// that draws initial weights, so one algorithm serves the whole library.
+// Both use only 64-bit integer arithmetic, so a seed gives the same
+// numbers on every platform and Go version; TestRNGGolden pins the first
+// outputs.
 
 // RNGState is the state of the Loader's xoshiro256** generator. It is
 // never all zero. In JSON it is four 16-digit hexadecimal strings, so that
@@ -28,42 +20,25 @@ func splitmix64(x *uint64) uint64 {
 type RNGState [4]uint64
 
 // newRNG seeds a generator from seed.
-func newRNG(seed uint64) RNGState {
-	var s RNGState
-	x := seed
-	for i := range s {
-		s[i] = splitmix64(&x)
-	}
-	// SplitMix64 is a bijection of its counter, so at most one of four
-	// consecutive outputs is zero: the state cannot be all zero.
-	return s
-}
+func newRNG(seed uint64) RNGState { return RNGState(forge.NewGenerator(seed).State()) }
 
 // next returns the next 64 random bits.
 func (s *RNGState) next() uint64 {
-	out := bits.RotateLeft64(s[1]*5, 7) * 9
-	t := s[1] << 17
-	s[2] ^= s[0]
-	s[3] ^= s[1]
-	s[1] ^= s[2]
-	s[0] ^= s[3]
-	s[2] ^= t
-	s[3] = bits.RotateLeft64(s[3], 45)
-	return out
+	var g forge.Generator
+	g.SetState(*s)
+	v := g.Uint64()
+	*s = g.State()
+	return v
 }
 
-// below returns a uniform integer in [0, n), n > 0, without modulo bias:
-// the high word of a 64×64-bit product, redrawing the rare products whose
-// low word falls under 2⁶⁴ mod n (Lemire's method).
+// below returns a uniform integer in [0, n), n > 0, without bias
+// (Lemire's multiply-and-reject, as forge.Generator.Intn).
 func (s *RNGState) below(n uint64) uint64 {
-	hi, lo := bits.Mul64(s.next(), n)
-	if lo < n {
-		threshold := -n % n
-		for lo < threshold {
-			hi, lo = bits.Mul64(s.next(), n)
-		}
-	}
-	return hi
+	var g forge.Generator
+	g.SetState(*s)
+	v := g.Intn(int(n))
+	*s = g.State()
+	return uint64(v)
 }
 
 func (s RNGState) zero() bool { return s == RNGState{} }

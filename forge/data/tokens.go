@@ -1,16 +1,15 @@
 package data
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/forgeml/forge/internal/atomicfile"
 	"io"
 	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"unicode/utf8"
 )
@@ -335,54 +334,9 @@ func idAdvice(id, vocab int) string {
 
 // writeAtomic writes path through write, via a synced temporary file in
 // the same directory that is renamed over path once complete.
-func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("data: writing %s: %w (does the directory exist and is it writable?)", path, err)
+func writeAtomic(path string, write func(io.Writer) error) error {
+	if err := atomicfile.Write(path, write); err != nil {
+		return fmt.Errorf("data: writing %s: %w; the old file, if any, is unchanged", path, err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("data: writing %s: %w; the old file, if any, is unchanged", path, err)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 64<<10)
-	if err = write(bw); err != nil {
-		return err
-	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	mode := fs.FileMode(0o644)
-	if st, statErr := os.Stat(path); statErr == nil && st.Mode().IsRegular() {
-		mode = st.Mode().Perm()
-	}
-	if err = f.Chmod(mode); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	syncDir(dir)
 	return nil
-}
-
-// syncDir makes a rename in dir durable where the platform allows it; it is
-// best effort (Windows, for one, cannot sync a directory).
-func syncDir(dir string) {
-	d, err := os.Open(dir)
-	if err != nil {
-		return
-	}
-	d.Sync()
-	d.Close()
 }

@@ -2,6 +2,7 @@ package gpt
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -193,7 +194,7 @@ func TestGenerateCachedMatchesUncached(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(cached) != 40 || !equalInts(cached, plain) {
+		if len(cached) != 40 || !slices.Equal(cached, plain) {
 			t.Errorf("%s: cached %v\nuncached %v", name, cached, plain)
 		}
 		// Sampled, same seed: the same draws.
@@ -201,7 +202,7 @@ func TestGenerateCachedMatchesUncached(t *testing.T) {
 		a, _ := m.Generate(prompt, s)
 		s.NoCache = true
 		b, _ := m.Generate(prompt, s)
-		if !equalInts(a, b) {
+		if !slices.Equal(a, b) {
 			t.Errorf("%s: sampled cached %v, uncached %v", name, a, b)
 		}
 	}
@@ -214,7 +215,7 @@ func TestGenerateStopsAndStreams(t *testing.T) {
 		streamed = append(streamed, id)
 		return len(streamed) < 5
 	}})
-	if err != nil || len(out) != 5 || !equalInts(out, streamed) {
+	if err != nil || len(out) != 5 || !slices.Equal(out, streamed) {
 		t.Errorf("streaming stop: out %v streamed %v err %v", out, streamed, err)
 	}
 	first, _ := m.Generate([]int{2}, GenerateOptions{MaxTokens: 1})
@@ -305,16 +306,4 @@ func TestOverfitOneBatch(t *testing.T) {
 	if loss >= 0.05 {
 		t.Errorf("loss %.4f after 150 steps, want < 0.05", loss)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

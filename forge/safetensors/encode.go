@@ -5,13 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/forgeml/forge/internal/atomicfile"
 	"io"
-	"io/fs"
 	"math"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -232,92 +228,15 @@ func Write(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 // failure the temporary file is removed and path is left as it was. The new
 // file keeps the permission bits of the regular file it replaces; a new
 // path gets 0644 less the umask. If path is a symbolic link, the link
-// itself is replaced, not its target. An error that says the file was
-// written but its directory could not be flushed means path already holds
-// the new file; only its survival of a power loss is in doubt.
-func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err error) {
+// itself is replaced, not its target. Flushing the directory is best
+// effort (package internal/atomicfile does the writing).
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
 	l, err := plan(tensors, metadata)
 	if err != nil {
 		return fmt.Errorf("safetensors: writing %s: %s", path, err)
 	}
-	var keepPerm fs.FileMode
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() {
-		keepPerm = fi.Mode().Perm()
-	}
-	dir := filepath.Dir(path)
-	f, err := createTemp(dir, filepath.Base(path))
-	if err != nil {
+	if err := atomicfile.Write(path, l.writeTo); err != nil {
 		return fmt.Errorf("safetensors: writing %s: %w", path, err)
 	}
-	tmp := f.Name()
-	closed := false
-	defer func() {
-		if err != nil {
-			if !closed {
-				f.Close()
-			}
-			os.Remove(tmp)
-		}
-	}()
-	fail := func(step string, e error) error {
-		return fmt.Errorf("safetensors: writing %s: %s: %w", path, step, e)
-	}
-	bw := bufio.NewWriterSize(f, 1<<16)
-	if err := l.writeTo(bw); err != nil {
-		return fail("write", err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fail("write", err)
-	}
-	if keepPerm != 0 && runtime.GOOS != "windows" {
-		if err := f.Chmod(keepPerm); err != nil {
-			return fail("chmod", err)
-		}
-	}
-	if err := f.Sync(); err != nil {
-		return fail("sync", err)
-	}
-	closed = true
-	if err := f.Close(); err != nil {
-		return fail("close", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fail("rename", err)
-	}
-	// The rename is done: from here on path holds the new file, and only
-	// its durability across a crash is in question.
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("safetensors: wrote %s but could not flush its directory (the new file may not survive a crash): %w", path, err)
-	}
 	return nil
-}
-
-// syncDir flushes a directory's entries to stable storage. Windows cannot
-// sync a directory handle, and renames there are durable once they return.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// createTemp creates a new file named .<base>.tmp-<random> in dir with mode
-// 0644 less the umask (os.CreateTemp would use 0600).
-func createTemp(dir, base string) (*os.File, error) {
-	for range 100 {
-		name := filepath.Join(dir, "."+base+".tmp-"+strconv.FormatUint(rand.Uint64(), 36))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-		if !errors.Is(err, fs.ErrExist) {
-			return f, err
-		}
-	}
-	return nil, fmt.Errorf("could not create a temporary file in %s: too many name collisions", dir)
 }

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forgeml/forge/internal/atomicfile"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
@@ -242,45 +242,11 @@ func jsonString(s string) []byte {
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
-// writeFileAtomic writes data to a temporary file in path's directory,
-// flushes it to disk and renames it over path, so readers see either the
-// old file or the new one, never a partial write.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return fmt.Errorf("tokenizer: save: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("tokenizer: save %s: %w", path, err)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// Make the rename itself durable where the platform allows it.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
+// writeFileAtomic writes data to path so that readers see either the old
+// file or the new one, never a partial write.
+func writeFileAtomic(path string, data []byte) error {
+	if err := atomicfile.WriteBytes(path, data); err != nil {
+		return fmt.Errorf("tokenizer: save %s: %w", path, err)
 	}
 	return nil
 }

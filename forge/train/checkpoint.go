@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/forgeml/forge/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,38 +183,12 @@ func writeJSON(path string, v any) error {
 	return writeFileAtomic(path, append(b, '\n'))
 }
 
-// writeFileAtomic writes b to a temporary file beside path, syncs it and
-// renames it over path, so path holds either the old or the new bytes.
+// writeFileAtomic writes b to path atomically.
 func writeFileAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("train: %v", err)
+	if err := atomicfile.WriteBytes(path, b); err != nil {
+		return fmt.Errorf("train: writing %s: %w", path, err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("train: writing %s: %v", path, err)
-	}
-	syncDir(dir)
 	return nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }
 
 // verifyFiles checks the tensor files of a checkpoint against the

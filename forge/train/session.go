@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forgeml/forge/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -243,7 +244,7 @@ func (s *Session) Save() error {
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("train: saving: %v", err)
 	}
-	syncDir(root)
+	atomicfile.SyncDir(root)
 	if err := writeFileAtomic(filepath.Join(s.Dir, LatestFile), []byte(name+"\n")); err != nil {
 		return err
 	}
@@ -280,20 +281,27 @@ func checkpointNames(root string) []string {
 	return out
 }
 
-// loadLatest restores the checkpoint `latest` names, or, if it is missing
-// or damaged, the newest one that loads.
-func (s *Session) loadLatest() error {
-	root := filepath.Join(s.Dir, CheckpointDir)
+// candidates lists the checkpoints of the run in dir in the order to try
+// them: the one `latest` names, then the others, newest first.
+func candidates(dir string) []string {
 	var tries []string
-	if b, err := os.ReadFile(filepath.Join(s.Dir, LatestFile)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(dir, LatestFile)); err == nil {
 		tries = append(tries, strings.TrimSpace(string(b)))
 	}
-	names := checkpointNames(root)
+	names := checkpointNames(filepath.Join(dir, CheckpointDir))
 	for i := len(names) - 1; i >= 0; i-- {
 		if !slices.Contains(tries, names[i]) {
 			tries = append(tries, names[i])
 		}
 	}
+	return tries
+}
+
+// loadLatest restores the checkpoint `latest` names, or, if it is missing
+// or damaged, the newest one that loads.
+func (s *Session) loadLatest() error {
+	root := filepath.Join(s.Dir, CheckpointDir)
+	tries := candidates(s.Dir)
 	var errs []string
 	for i, name := range tries {
 		err := s.loadCheckpoint(filepath.Join(root, name))
@@ -581,16 +589,7 @@ func Load(dir string) (*Snapshot, error) {
 		return nil, err
 	}
 	root := filepath.Join(dir, CheckpointDir)
-	var tries []string
-	if b, err := os.ReadFile(filepath.Join(dir, LatestFile)); err == nil {
-		tries = append(tries, strings.TrimSpace(string(b)))
-	}
-	names := checkpointNames(root)
-	for i := len(names) - 1; i >= 0; i-- {
-		if !slices.Contains(tries, names[i]) {
-			tries = append(tries, names[i])
-		}
-	}
+	tries := candidates(dir)
 	var errs []string
 	for _, name := range tries {
 		cdir := filepath.Join(root, name)
