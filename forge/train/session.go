@@ -140,6 +140,10 @@ func (s *Session) create(opts OpenOptions) error {
 		return err
 	}
 	s.Config, s.Tokenizer = cfg, tok
+	// A creation that died before writing the config may have left metrics.
+	if err := os.Remove(filepath.Join(s.Dir, MetricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("train: %v", err)
+	}
 	if err := s.build(); err != nil {
 		return err
 	}
