@@ -1,6 +1,7 @@
 package forge
 
 import (
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -88,10 +89,15 @@ type kcall struct {
 
 // launch is the single dispatch point: every kernel call in the package goes
 // through it. Without an observer it only calls fn.
+//
+// fn's closure holds the tensors the kernel reads and writes; it is kept
+// alive until the kernel returns, so no buffer becomes unreachable (and,
+// on the CPU, recycled) while a kernel still uses it.
 func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	obs := observer.Load()
 	if obs == nil {
 		fn(d.b)
+		runtime.KeepAlive(fn)
 		return
 	}
 	variant := ""
@@ -101,6 +107,7 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	start := time.Now()
 	fn(d.b)
 	dur := time.Since(start)
+	runtime.KeepAlive(fn)
 	(*obs)(KernelCall{
 		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
 		Phase: phase, FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,

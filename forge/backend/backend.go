@@ -211,6 +211,20 @@ type AttentionParams struct {
 	Causal bool    // query i (at absolute position Tk-Tq+i) sees keys 0..Tk-Tq+i
 }
 
+// AdamWParams configures one AdamW update (PyTorch's torch.optim.AdamW,
+// llm.c's kernel): with t = Step (1-based) and g the gradient,
+//
+//	m ← β1·m + (1−β1)·g
+//	v ← β2·v + (1−β2)·g²
+//	w ← w·(1 − LR·WeightDecay) − (LR/(1−β1ᵗ)) · m / (√v / √(1−β2ᵗ) + Eps)
+//
+// The decay is decoupled (never through m and v) and Eps is outside the
+// square root.
+type AdamWParams struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Step                               int // 1-based count of updates, this one included
+}
+
 // Backend is a device: memory management plus the primitive kernels.
 //
 // Shape letters used below: N rows, C channels (last axis), B batch,
@@ -239,7 +253,9 @@ type Backend interface {
 	// Copy copies src into dst elementwise (same shape; src may be strided
 	// or broadcast, dst may be strided). It converts between dtypes.
 	Copy(dst, src View)
-	// Unary computes dst = op(src); src is broadcast to dst's shape.
+	// Unary computes dst = op(src); src is broadcast to dst's shape. dst
+	// may be src itself (the same view, no broadcast): the op then runs in
+	// place.
 	Unary(op UnaryOp, s Scalars, dst, src View)
 	// UnaryGrad computes dx = g·op'(x) for the ops that have a derivative;
 	// y = op(x) is passed too (some rules are cheaper in y). x, y, g have
@@ -320,6 +336,29 @@ type Backend interface {
 	// CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
 	// onehot(target)), rows with target == ignore set to zero.
 	CrossEntropyBackward(dlogits, logits, lse, targets View, ignore int, scale float64)
+
+	// SwiGLU writes y = silu(a)·b = a·sigmoid(a)·b (the gated unit of a
+	// SwiGLU MLP); y, a, b have one shape and are contiguous. The result
+	// is the unfused composition's: silu(a) rounded to the dtype, then
+	// multiplied by b.
+	SwiGLU(y, a, b View)
+	// SwiGLUBackward writes da = g·b·silu'(a) and db = g·silu(a) (both
+	// overwritten) from the forward's inputs and the upstream g; all one
+	// shape, contiguous. Results are the unfused composition's: g·b and
+	// silu(a) rounded to the dtype first.
+	SwiGLUBackward(da, db, a, b, g View)
+
+	// SumSquares writes Σ src² over every element of src (contiguous) into
+	// dst, a one-element view of src's dtype (any offset into a larger
+	// buffer, so the sums of many tensors can share one buffer and one
+	// read). It must be deterministic: the same for any number of workers
+	// (the CPU accumulates in float64 over fixed blocks).
+	SumSquares(dst, src View)
+	// AdamW applies one AdamW update in place to param, m and v from grad,
+	// all of one shape and dtype, contiguous (see AdamWParams). Elementwise,
+	// so deterministic; the CPU computes each element in float64 and rounds
+	// each stored value once.
+	AdamW(param, grad, m, v View, p AdamWParams)
 }
 
 // VariantNamer is implemented by backends whose kernels have several code

@@ -119,3 +119,23 @@ func (u Unimplemented) CrossEntropy(loss, lse, logits, targets View, ignore int)
 func (u Unimplemented) CrossEntropyBackward(dlogits, logits, lse, targets View, ignore int, scale float64) {
 	panic(ErrNotImplemented{u.BackendName, "CrossEntropyBackward"})
 }
+
+// SwiGLU panics with ErrNotImplemented.
+func (u Unimplemented) SwiGLU(y, a, b View) {
+	panic(ErrNotImplemented{u.BackendName, "SwiGLU"})
+}
+
+// SwiGLUBackward panics with ErrNotImplemented.
+func (u Unimplemented) SwiGLUBackward(da, db, a, b, g View) {
+	panic(ErrNotImplemented{u.BackendName, "SwiGLUBackward"})
+}
+
+// SumSquares panics with ErrNotImplemented.
+func (u Unimplemented) SumSquares(dst, src View) {
+	panic(ErrNotImplemented{u.BackendName, "SumSquares"})
+}
+
+// AdamW panics with ErrNotImplemented.
+func (u Unimplemented) AdamW(param, grad, m, v View, p AdamWParams) {
+	panic(ErrNotImplemented{u.BackendName, "AdamW"})
+}

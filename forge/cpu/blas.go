@@ -22,19 +22,29 @@ package cpu
 // threads: gemm is single-threaded and safe to call from any number of
 // goroutines at once (the attention kernel calls it on tiles from its
 // workers), and MatMul gives whole products to its workers when a batch has
-// enough of them. The one exception is a product that cannot be shared out
-// that way (a single large matmul, or a few): MatMul then makes one call
-// with OpenBLAS at GOMAXPROCS threads, because splitting it into one
-// single-threaded call per worker was measured 3–44 % slower. That call
-// holds blasMu exclusively, so no other BLAS call overlaps it, and the
-// count goes back to one before the lock is released: Go's workers are
-// idle while OpenBLAS's threads run, and OpenBLAS's threads never run
-// beside Go's. No slowdown of a Go-parallel kernel run right after such a
-// call was measurable (OpenBLAS's idle threads yield, then sleep).
+// enough of them, or splits a product that cannot be shared out that way
+// (a single large matmul, or a few) into one row or column block per
+// worker, each a single-threaded call.
 //
-// Measured on 2 Zen 4 cores, float32 GFLOP/s, medians of 9 interleaved
-// rounds on an idle machine, numpy (its own 2-thread OpenBLAS) in the same
-// run:
+// A lone product alone is faster on OpenBLAS's own threads (one call with
+// openblas_set_num_threads(GOMAXPROCS)): splitting it into one
+// single-threaded call per worker was measured 3–44 % slower in isolation
+// (table below). Inside a training step it is the other way round, and by
+// far: after a threaded call OpenBLAS's worker thread keeps spinning
+// (sched_yield) for 2^28 TSC cycles, ~70 ms, on one of our two cores, so
+// every Go-parallel kernel that follows (attention, norms, elementwise,
+// the optimizer) runs at about half speed. Measured on the tiny GPT step
+// (fwd + bwd + AdamW, 2 Zen 4 cores, profile of 5 steps): threaded lone
+// products 209 ms a step (matmul 92 ms, attention 22 ms), Go-split
+// products 170 ms (matmul 82 ms, attention 12.6 ms). So the threaded call
+// is off by default; blasLoneThreads (FORGE_BLAS_THREADED=1) turns it back
+// on for programs made of large lone products. Such a call holds blasMu
+// exclusively, so no other BLAS call overlaps it, and the count goes back
+// to one before the lock is released.
+//
+// Measured on 2 Zen 4 cores, float32 GFLOP/s of one product alone,
+// medians of 9 interleaved rounds on an idle machine, numpy (its own
+// 2-thread OpenBLAS) in the same run:
 //
 //	M×N×K                 Go split, 1-thread calls   one 2-thread call   numpy
 //	256³                           110                     158            165
@@ -80,6 +90,11 @@ type blasLibrary struct {
 	// MatMul then makes one call per product and never splits it.
 	ownThreads bool
 }
+
+// blasLoneThreads makes MatMul run a product that its workers cannot share
+// out as whole products on OpenBLAS's own threads instead of splitting it
+// (see Threads above). Set from FORGE_BLAS_THREADED=1 at start-up.
+var blasLoneThreads = os.Getenv("FORGE_BLAS_THREADED") == "1"
 
 var (
 	blasOnce   sync.Once

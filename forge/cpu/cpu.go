@@ -75,10 +75,22 @@ func (b *Buffer) DType() backend.DType {
 	return backend.Int32
 }
 
-// Alloc returns a zeroed buffer of n elements.
+// Alloc returns a buffer of n elements. Buffers of at least poolMinElems
+// elements are recycled (pool.go): their contents are unspecified (zeros
+// when new, stale values when recycled). Smaller ones are zeroed.
 func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 	// A zero-length buffer still needs a non-nil slice to carry its dtype.
 	c := max(n, 0)
+	if c >= poolMinElems {
+		switch dt {
+		case backend.Float32:
+			return allocPooled(uint8(dt), c, func() poolEntry { return poolEntry{f32: make([]float32, c)} })
+		case backend.Float64:
+			return allocPooled(uint8(dt), c, func() poolEntry { return poolEntry{f64: make([]float64, c)} })
+		case backend.Int32:
+			return allocPooled(uint8(dt), c, func() poolEntry { return poolEntry{i32: make([]int32, c)} })
+		}
+	}
 	switch dt {
 	case backend.Float32:
 		return &Buffer{F32: make([]float32, c, max(c, 1))}
@@ -90,7 +102,8 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 	panic(fmt.Sprintf("cpu: alloc: unknown dtype %v", dt))
 }
 
-// Free drops the buffer's memory; the garbage collector reclaims it.
+// Free drops the buffer's memory; the garbage collector reclaims it (a
+// pooled buffer goes back to the pool once the *Buffer is unreachable).
 func (b *Backend) Free(buf backend.Buffer) {
 	if c, ok := buf.(*Buffer); ok {
 		c.F32, c.F64, c.I32 = c.F32[:0:0], c.F64[:0:0], c.I32[:0:0]
@@ -110,6 +123,7 @@ func (b *Backend) Write(dst backend.Buffer, src any) {
 	default:
 		panic(fmt.Sprintf("cpu: write: unsupported host type %T", src))
 	}
+	runtime.KeepAlive(d) // a pooled buffer must not be recycled during the copy
 }
 
 // Read copies buf's leading elements into dst.
@@ -125,6 +139,7 @@ func (b *Backend) Read(src backend.Buffer, dst any) {
 	default:
 		panic(fmt.Sprintf("cpu: read: unsupported host type %T", dst))
 	}
+	runtime.KeepAlive(s)
 }
 
 // Sync is a no-op: CPU kernels finish before they return.

@@ -102,9 +102,11 @@ func matmul[T Float](be *Backend, dst, a, bm backend.View, accumulate bool) {
 	cs, as, bs := floats[T](dst), floats[T](a), floats[T](bm)
 
 	// Decide how to use the workers. Many products: whole products per
-	// worker, each a single-threaded gemm. Too few to go around: with
-	// OpenBLAS, one call per product on w of its threads (faster than
-	// splitting, see blas.go); otherwise split each product into w blocks.
+	// worker, each a single-threaded gemm. Too few to go around: split each
+	// product into w blocks, one single-threaded gemm per worker — or, if
+	// blasLoneThreads is set, one call per product on w of OpenBLAS's
+	// threads (faster for a product alone, slower inside a training step,
+	// see blas.go).
 	w := be.workers
 	lib := activeBLAS.Load()
 	if lib != nil && lib.ownThreads {
@@ -114,7 +116,7 @@ func matmul[T Float](be *Backend, dst, a, bm backend.View, accumulate bool) {
 		w = 1
 	}
 	few := w > 1 && nb%w != 0 && nb < 4*w
-	if few && lib != nil && lib.setThreads != 0 && k > 0 && blasFits(transA, transB, m, n, k, lda, ldb, ldc) {
+	if few && blasLoneThreads && lib != nil && lib.setThreads != 0 && k > 0 && blasFits(transA, transB, m, n, k, lda, ldb, ldc) {
 		for bi := 0; bi < nb; bi++ {
 			ao, bo, co := offs[3*bi], offs[3*bi+1], offs[3*bi+2]
 			gemmThreads(w, transA, transB, m, n, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co:], ldc)

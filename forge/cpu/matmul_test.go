@@ -256,6 +256,9 @@ func TestMatMulThreadedBLAS(t *testing.T) {
 	if !ok {
 		t.Skip("no BLAS library loaded")
 	}
+	prevLone := blasLoneThreads
+	blasLoneThreads = true
+	defer func() { blasLoneThreads = prevLone }()
 	if loadedBLAS.setThreads == 0 {
 		t.Skipf("%s cannot set its thread count", loadedBLAS.name)
 	}

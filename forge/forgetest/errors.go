@@ -110,6 +110,12 @@ func badCases() []badCase {
 			fn: func(e badEnv) { forge.LayerNorm(e.f32(2, 3), e.f32(3), e.f32(2), 1e-5) }},
 		{name: "shape/rms_norm_weight", op: "rms_norm", want: []string{"[2 3]", "[4]"},
 			fn: func(e badEnv) { forge.RMSNorm(e.f32(2, 3), e.f32(4), 1e-5) }},
+		{name: "shape/swiglu", op: "swiglu", want: []string{"[2 3]", "[3]"},
+			fn: func(e badEnv) { forge.SwiGLU(e.f32(2, 3), e.f32(3)) }},
+		{name: "shape/adamw", op: "adamw", want: []string{"[2 3]", "[3 2]"},
+			fn: func(e badEnv) {
+				forge.AdamWUpdate(e.f32(2, 3), e.f32(3, 2), e.f32(2, 3), e.f32(2, 3), forge.AdamWParams{Step: 1})
+			}},
 		{name: "shape/attention_kv", op: "attention", want: []string{"[1 2 3 4]", "[1 2 5 4]"},
 			fn: func(e badEnv) { forge.Attention(e.f32(1, 2, 3, 4), e.f32(1, 2, 3, 4), e.f32(1, 2, 5, 4), false) }},
 		{name: "shape/attention_head_dim", op: "attention", want: []string{"[1 2 3 4]", "[1 2 3 8]"},
@@ -213,6 +219,10 @@ func badCases() []badCase {
 			fn: func(e badEnv) { forge.LayerNorm(e.f32(2, 3), e.i32(make([]int32, 3), 3), nil, 1e-5) }},
 		{name: "dtype/rms_norm_int", op: "rms_norm", want: []string{"int32", "[2 3]"},
 			fn: func(e badEnv) { forge.RMSNorm(e.i32(make([]int32, 6), 2, 3), nil, 1e-5) }},
+		{name: "dtype/swiglu_int", op: "swiglu", want: []string{"int32", "[2 3]"},
+			fn: func(e badEnv) { forge.SwiGLU(e.i32(make([]int32, 6), 2, 3), e.f32(2, 3)) }},
+		{name: "dtype/sum_squares_int", op: "sum_squares", want: []string{"int32", "[2 3]"},
+			fn: func(e badEnv) { e.i32(make([]int32, 6), 2, 3).SumSquares() }},
 		{name: "dtype/rope_int", op: "rope", want: []string{"int32", "[2 4]"},
 			fn: func(e badEnv) { forge.RoPE(e.i32(make([]int32, 8), 2, 4), 0) }},
 		{name: "dtype/dropout_int", op: "dropout", want: []string{"int32", "[2 3]"},

@@ -1,10 +1,10 @@
 // Package forgetest is Forge's backend conformance suite: every op, forward
 // and gradient, checked against independent references — PyTorch fixtures
 // (TorchParity), float64 central differences (GradCheck), host-side
-// reference implementations (Properties) and the error contract
-// (BadInput). Each suite function takes the device to test, so every
-// backend runs the same suite; the package's own tests pick the device from
-// FORGE_BACKEND (default "cpu").
+// reference implementations (Properties), the error contract (BadInput)
+// and the fused training-step kernels (Fused). Each suite function takes
+// the device to test, so every backend runs the same suite; the package's
+// own tests pick the device from FORGE_BACKEND (default "cpu").
 package forgetest
 
 import (
@@ -35,4 +35,5 @@ func Run(t *testing.T, dev *forge.Device) {
 	t.Run("GradCheck", func(t *testing.T) { GradCheck(t, dev) })
 	t.Run("Properties", func(t *testing.T) { Properties(t, dev) })
 	t.Run("BadInput", func(t *testing.T) { BadInput(t, dev) })
+	t.Run("Fused", func(t *testing.T) { Fused(t, dev) })
 }

@@ -117,6 +117,9 @@ func gradCases(dev *forge.Device) []gradCase {
 			return forge.LayerNorm(x[0], x[1], x[2], 1e-5)
 		}},
 		{name: "nn/layer_norm_plain", shapes: s([]int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.LayerNorm(x[0], nil, nil, 1e-5) }},
+		{name: "nn/swiglu", shapes: s([]int{3, 7}, []int{3, 7}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.SwiGLU(x[0], x[1]) }},
+		{name: "nn/swiglu_of_views", shapes: s([]int{4, 3}, []int{3, 4}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.SwiGLU(x[0].T(), x[1]) }},
+		{name: "reduce/sum_squares", shapes: s([]int{3, 4}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].T().SumSquares() }},
 		{name: "nn/rms_norm", shapes: s([]int{2, 3, 8}, []int{8}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.RMSNorm(x[0], x[1], 1e-6) }},
 		{name: "nn/embedding", shapes: s([]int{5, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
 			return forge.Embedding(ids(dev, []int32{4, 0, 4, 2, 1, 4}, 2, 3), x[0])

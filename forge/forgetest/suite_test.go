@@ -16,6 +16,9 @@ func TestProperties(t *testing.T) {
 	forgetest.Properties(t, forgetest.Device(t))
 }
 
+// TestFused runs the fused training-step kernels' checks.
+func TestFused(t *testing.T) { forgetest.Fused(t, forgetest.Device(t)) }
+
 // TestBadInput runs the error-contract table.
 func TestBadInput(t *testing.T) { forgetest.BadInput(t, forgetest.Device(t)) }
 

@@ -36,6 +36,11 @@ func DefaultAdamWConfig() AdamWConfig {
 // and v. Parameters without a gradient are skipped; the step count is
 // shared by all parameters (llm.c), so a parameter that misses steps
 // gets the bias correction of the global step.
+//
+// Each parameter is updated by one fused kernel (forge.AdamWUpdate: m, v
+// and w in one pass, each element computed in float64 on the CPU); a
+// parameter that is a non-contiguous view falls back to the same update
+// composed from elementwise ops.
 type AdamW struct {
 	cfg    AdamWConfig
 	groups []ParamGroup
@@ -158,6 +163,13 @@ func (o *AdamW) Step() {
 					continue
 				}
 				m, v := o.m[i], o.v[i]
+				if p.IsContiguous() && m.IsContiguous() && v.IsContiguous() && g.DType() == p.DType() {
+					// One fused kernel: m, v and the parameter in one pass.
+					forge.AdamWUpdate(p, g, m, v, forge.AdamWParams{
+						LR: lr, Beta1: b1, Beta2: b2, Eps: eps, WeightDecay: o.decay[i], Step: o.step,
+					})
+					continue
+				}
 				m.CopyFrom(m.MulScalar(b1).Add(g.MulScalar(1 - b1)))
 				v.CopyFrom(v.MulScalar(b2).Add(g.Square().MulScalar(1 - b2)))
 				denom := v.Sqrt().DivScalar(bc2Sqrt).AddScalar(eps)

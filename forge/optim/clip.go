@@ -32,7 +32,7 @@ func ClipGradNorm(params []*forge.Tensor, maxNorm float64) float64 {
 		forge.NoGrad(func() {
 			for _, p := range params {
 				if g := p.Grad(); g != nil {
-					g.CopyFrom(g.MulScalar(coef))
+					g.MulScalarInPlace(coef)
 				}
 			}
 		})
@@ -41,35 +41,23 @@ func ClipGradNorm(params []*forge.Tensor, maxNorm float64) float64 {
 }
 
 // GradNorm returns the global L2 norm of params' gradients (those that
-// have one), without changing them.
+// have one), without changing them. Each gradient's sum of squares is one
+// fused kernel (forge.SumSquaresOf); the sums are read back once per
+// (device, dtype) and added in float64 in the order of params.
 func GradNorm(params []*forge.Tensor) float64 {
-	type key struct {
-		dev *forge.Device
-		dt  forge.DType
+	var grads []*forge.Tensor
+	for _, p := range params {
+		if g := p.Grad(); g != nil {
+			grads = append(grads, g)
+		}
 	}
-	sums := map[key]*forge.Tensor{}
-	var order []key
+	var sums []float64
 	forge.WithPhase(forge.PhaseOptimizer, func() {
-		forge.NoGrad(func() {
-			for _, p := range params {
-				g := p.Grad()
-				if g == nil {
-					continue
-				}
-				k := key{g.Device(), g.DType()}
-				sq := g.Square().Sum()
-				if acc, ok := sums[k]; ok {
-					sums[k] = acc.Add(sq)
-				} else {
-					sums[k] = sq
-					order = append(order, k)
-				}
-			}
-		})
+		forge.NoGrad(func() { sums = forge.SumSquaresOf(grads) })
 	})
 	total := 0.0
-	for _, k := range order {
-		total += sums[k].Item()
+	for _, s := range sums {
+		total += s
 	}
 	return math.Sqrt(total)
 }

@@ -1,0 +1,66 @@
+package cpu
+
+import (
+	"math"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// TestPoolRecycles checks that a large buffer goes back to the pool once
+// unreachable and is handed out again for the same dtype and length (and
+// only for those), and that small buffers are zeroed and not pooled.
+func TestPoolRecycles(t *testing.T) {
+	if pool.maxBytes == 0 {
+		t.Skip("pool disabled (FORGE_CPU_POOL_MB=0)")
+	}
+	be := New()
+	const n = poolMinElems + 123
+	b := be.Alloc(backend.Float32, n).(*Buffer)
+	b.F32[0] = 42
+	first := &b.F32[0]
+	b = nil
+	var got *Buffer
+	for try := 0; try < 50 && got == nil; try++ {
+		runtime.GC()
+		time.Sleep(time.Millisecond) // cleanups run on their own goroutine
+		pool.mu.Lock()
+		free := len(pool.free[poolKey{uint8(backend.Float32), n}])
+		pool.mu.Unlock()
+		if free > 0 {
+			got = be.Alloc(backend.Float32, n).(*Buffer)
+		}
+	}
+	if got == nil {
+		t.Fatal("the buffer never came back to the pool")
+	}
+	if len(got.F32) != n {
+		t.Fatalf("recycled buffer has %d elements, want %d", len(got.F32), n)
+	}
+	if &got.F32[0] != first {
+		t.Log("another buffer of that length was pooled first") // not an error
+	}
+	if other := be.Alloc(backend.Float64, n).(*Buffer); len(other.F64) != n || other.F32 != nil {
+		t.Fatalf("float64 alloc got %d float64s and %d float32s", len(other.F64), len(other.F32))
+	}
+	small := be.Alloc(backend.Float32, 100).(*Buffer)
+	for i, v := range small.F32 {
+		if v != 0 {
+			t.Fatalf("small buffer not zeroed at %d: %v", i, v)
+		}
+	}
+	runtime.KeepAlive(got)
+}
+
+// TestPoolPoison checks that poisoning fills handed-out buffers with NaN.
+func TestPoolPoison(t *testing.T) {
+	prev := pool.poison
+	pool.poison = true
+	defer func() { pool.poison = prev }()
+	b := New().Alloc(backend.Float32, poolMinElems).(*Buffer)
+	if !math.IsNaN(float64(b.F32[0])) || !math.IsNaN(float64(b.F32[poolMinElems-1])) {
+		t.Fatalf("poisoned buffer holds %v … %v", b.F32[0], b.F32[poolMinElems-1])
+	}
+}
