@@ -259,7 +259,7 @@ func NewMLP(in Init, kind string, dim, f int, bias bool, std, outStd float64) *M
 // Forward maps x (…, C) to (…, C).
 func (m *MLP) Forward(x *forge.Tensor) *forge.Tensor {
 	if m.Kind == "swiglu" {
-		return m.Down.Forward(m.Gate.Forward(x).SiLU().Mul(m.Up.Forward(x)))
+		return m.Down.Forward(forge.SwiGLU(m.Gate.Forward(x), m.Up.Forward(x)))
 	}
 	return m.Down.Forward(m.Up.Forward(x).GELU())
 }
