@@ -166,6 +166,31 @@ func TestPrepareRoundTrip(t *testing.T) {
 	}
 }
 
+// forge prepare, then forge train on the prepared directory.
+func TestTrainOnPrepared(t *testing.T) {
+	dir := t.TempDir()
+	config, text := micro(t, dir)
+	prep := filepath.Join(dir, "prep")
+	if r := runCLI("prepare", "--out", prep, "--vocab", "280", "--context", "32", text); r.code != 0 {
+		t.Fatal(r)
+	}
+	runDir := filepath.Join(dir, "run")
+	if r := runCLI("train", "--config", config, "--run", runDir, "--data", prep, "--steps", "2", "--quiet"); r.code != 0 || !strings.Contains(r.stdout, "steps 0→2") {
+		t.Fatalf("%+v", r)
+	}
+	a, _ := os.ReadFile(filepath.Join(prep, "train.bin"))
+	b, _ := os.ReadFile(filepath.Join(runDir, "data", "train.bin"))
+	if !bytes.Equal(a, b) {
+		t.Error("the run does not train on the prepared tokens")
+	}
+	// A tokenizer larger than the model's vocabulary is refused.
+	big := filepath.Join(dir, "big")
+	runCLI("prepare", "--out", big, "--vocab", "400", "--context", "32", text)
+	if r := runCLI("train", "--config", config, "--run", filepath.Join(dir, "run2"), "--data", big); r.code != 1 || !strings.Contains(r.stderr, "at least 400") {
+		t.Errorf("%+v", r)
+	}
+}
+
 // Bad arguments and bad files: one line on stderr, a non-zero exit.
 func TestErrors(t *testing.T) {
 	dir := t.TempDir()

@@ -74,7 +74,7 @@ func cmdTrain(e *env, args []string) error {
 	tok := fs.String("tokenizer", "", "bpe or char (default: the config's)")
 	quiet := fs.Bool("quiet", false, "no progress, only the summary")
 	var dataFiles multiFlag
-	fs.Var(&dataFiles, "data", "a text file to train on (repeatable; default: the built-in Jane Austen corpus)")
+	fs.Var(&dataFiles, "data", "a text file to train on (repeatable), or a directory from forge prepare (default: the built-in Jane Austen corpus)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -111,6 +111,12 @@ func cmdTrain(e *env, args []string) error {
 	if exists && len(dataFiles) > 0 {
 		return usagef("%s already holds a run with its own data; choose a new --run directory to train on %s", dir, strings.Join(dataFiles, ", "))
 	}
+	prepared := ""
+	if len(dataFiles) == 1 {
+		if fi, err := os.Stat(dataFiles[0]); err == nil && fi.IsDir() {
+			prepared, dataFiles = dataFiles[0], nil
+		}
+	}
 	texts, source, err := readTexts(dataFiles)
 	if err != nil {
 		return err
@@ -119,7 +125,7 @@ func cmdTrain(e *env, args []string) error {
 	if *quiet {
 		log = nil
 	}
-	s, err := train.Open(dir, train.OpenOptions{Config: cfgp, Texts: texts, Source: source, Log: log})
+	s, err := train.Open(dir, train.OpenOptions{Config: cfgp, Texts: texts, Source: source, Prepared: prepared, Log: log})
 	if err != nil {
 		return err
 	}

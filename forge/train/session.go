@@ -80,6 +80,11 @@ type OpenOptions struct {
 	Source string
 	// Log receives progress lines (tokenizer training, encoding); nil: quiet.
 	Log io.Writer
+	// Prepared is a directory written by `forge prepare` (data.Prepare):
+	// tokenizer.json, train.bin and val.bin, used instead of Texts. The
+	// model's vocabulary must hold the tokenizer's (a char tokenizer sets
+	// it).
+	Prepared string
 	// NoCache turns off the prepared-corpus cache under the user's cache
 	// directory (FORGE_CACHE_DIR overrides its location).
 	NoCache bool
@@ -129,7 +134,13 @@ func (s *Session) create(opts OpenOptions) error {
 	if err := os.MkdirAll(filepath.Join(s.Dir, CheckpointDir), 0o755); err != nil {
 		return fmt.Errorf("train: creating the run directory: %v", err)
 	}
-	tok, err := prepare(texts, source, cfg, filepath.Join(s.Dir, DataDir), s.log, !opts.NoCache)
+	var tok tokenizer.Tokenizer
+	var err error
+	if opts.Prepared != "" {
+		tok, err = usePrepared(opts.Prepared, filepath.Join(s.Dir, DataDir), &cfg)
+	} else {
+		tok, err = prepare(texts, source, cfg, filepath.Join(s.Dir, DataDir), s.log, !opts.NoCache)
+	}
 	if err != nil {
 		return err
 	}
@@ -505,6 +516,47 @@ func prepare(texts []string, source string, cfg Config, dir string, log io.Write
 				_ = copyFile(filepath.Join(dir, f), filepath.Join(cache, f))
 			}
 		}
+	}
+	return tok, nil
+}
+
+// usePrepared copies the token files of a `forge prepare` directory into
+// the run, checking that they fit the config.
+func usePrepared(src, dst string, cfg *Config) (tokenizer.Tokenizer, error) {
+	tok, err := tokenizer.Load(filepath.Join(src, TokenizerFile))
+	if err != nil {
+		return nil, fmt.Errorf("train: %s is not a prepared data directory (run `forge prepare --out %s …` first): %w", src, src, err)
+	}
+	cfg.Tokenizer = tok.Kind()
+	if tok.Kind() == "bpe" && tok.VocabSize() > cfg.Model.Vocab {
+		return nil, fmt.Errorf("train: %s: the tokenizer has %d tokens but the model's vocabulary is %d; set \"vocab\" to at least %d in the config or prepare with --vocab %d",
+			src, tok.VocabSize(), cfg.Model.Vocab, tok.VocabSize(), cfg.Model.Vocab)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{data.TrainFile, data.ValFile} {
+		toks, err := data.ReadTokens(filepath.Join(src, f))
+		if err != nil {
+			return nil, err
+		}
+		if len(toks) < cfg.Model.Context+1 {
+			return nil, fmt.Errorf("train: %s has %d tokens, too few for context %d; prepare more text or use a smaller context", filepath.Join(src, f), len(toks), cfg.Model.Context)
+		}
+		for i, id := range toks {
+			if int(id) >= tok.VocabSize() {
+				return nil, fmt.Errorf("train: %s: token %d at %d is outside its tokenizer's %d ids (prepared with another tokenizer?)", filepath.Join(src, f), id, i, tok.VocabSize())
+			}
+		}
+		if err := copyFile(filepath.Join(src, f), filepath.Join(dst, f)); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeJSON(filepath.Join(dst, "source.json"), map[string]any{"source": src, "tokenizer": tok.Kind(), "vocab": tok.VocabSize()}); err != nil {
+		return nil, err
 	}
 	return tok, nil
 }
