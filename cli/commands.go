@@ -15,6 +15,7 @@ import (
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/tokenizer"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/termplot"
 )
 
 // interruptContext returns a context cancelled by Ctrl-C (SIGINT) or by
@@ -169,6 +170,13 @@ func cmdTrain(e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "  val %.4f", *v)
 	}
 	fmt.Fprintln(e.stdout)
+	if len(h) > 1 {
+		losses := make([]float64, len(h))
+		for i, m := range h {
+			losses[i] = m.Loss
+		}
+		fmt.Fprintf(e.stdout, "loss over steps 1→%d: %s\n", h[len(h)-1].Step, termplot.Sparkline(losses, 60))
+	}
 	if ctx.Err() != nil {
 		fmt.Fprintf(e.stdout, "interrupted at step %d; ", s.Trainer.StepCount())
 	}
