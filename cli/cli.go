@@ -42,6 +42,7 @@ func init() {
 		{"info", "[--config name | --run dir]", "parameters, FLOPs and memory of a config", cmdInfo},
 		{"prepare", "--out dir [--vocab 4096] [--tokenizer bpe|char] file.txt …", "train a tokenizer and write llm.c token files", cmdPrepare},
 		{"export", "[--run dir] --out dir", "write Hugging Face / PyTorch loadable weights and config", cmdExport},
+		{"bench", benchArgs, "time a kernel or a training step (%timeit style); profile a step", cmdBench},
 		{"demo", "", "a tour of tensors, autograd and the GPT ops", func(e *env, _ []string) error {
 			return forge.Try(func() { demo(e.stdout) })
 		}},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/nn"
+	"github.com/forgeml/forge/forge/profile/scope"
 )
 
 // Model is a GPT. Parameter names (Params) are:
@@ -147,7 +148,8 @@ func (m *Model) Forward(ids *forge.Tensor, cache *Cache) *forge.Tensor {
 		if cache != nil {
 			kv = cache.Layers[i]
 		}
-		x = b.Forward(x, kv)
+		// Profiles attribute the block's forward kernels to "blocks.i".
+		scope.Indexed("blocks", i, func() { x = b.Forward(x, kv) })
 	}
 	x = m.NormF.Forward(x)
 	if m.Head != nil {

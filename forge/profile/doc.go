@@ -1,0 +1,62 @@
+// Package profile times Forge's kernels: it records every kernel call made
+// while a recording runs, summarises them per kernel against the
+// machine's measured peak (a roofline), exports Chrome traces, and
+// microbenchmarks single kernels and training steps, %timeit style.
+//
+//	p := profile.RunN(5, func() { trainer.Step() })
+//	fmt.Println(p.Report(profile.ReportOptions{Top: 12, Peak: profile.Peak()}))
+//	f, _ := os.Create("step.json")
+//	p.WriteTrace(f) // open in ui.perfetto.dev
+//
+//	r, _ := profile.BenchKernel("matmul", 1024, 1024, 1024)
+//	fmt.Println(r) // matmul 1024×1024×1024 float32 on cpu (openblas): 190.1 GFLOP/s …
+//
+// # Recording
+//
+// Run, RunN and Start/Stop install a kernel observer at forge's single
+// dispatch point (forge.SetKernelObserver), chaining any observer
+// installed before, so every kernel of every backend is seen with its
+// name, the code path that ran (Variant), shapes, dtype, phase (forward,
+// backward, optimizer), the FLOPs and bytes it declares, its start and its
+// duration. On the CPU the duration is the wall time of the call; a GPU
+// backend reports device time. While recording, every kernel is timed
+// (two clock reads per call); otherwise the dispatch point costs nothing.
+//
+// The recording's wall time minus the kernels' time is the time spent
+// outside kernels: the framework's host work (graph recording, allocation,
+// Go code between kernels). Reports split the wall time among the phases:
+// each gap between kernels belongs to the phase of the kernel after it.
+//
+// # Scopes and host phases
+//
+// Scope(name, fn) labels the kernels launched inside fn with a path
+// ("blocks.3"; nested scopes join with "/"); gpt.Model marks each
+// transformer block, so a report grouped by scope gives per-layer forward
+// time. Backward kernels run later, inside Backward, outside any scope:
+// they are attributed by phase only ("(backward)"). The label is read when
+// the observer runs, which on the CPU is synchronous, in the launching
+// goroutine; like forge's phase it is process-wide, so profile one
+// goroutine's work at a time. TimeHost(phase, fn) times host work that
+// launches no kernels, such as loading a batch ("data"), as a phase of its
+// own.
+//
+// # Roofline
+//
+// Peak measures the device once — the best of five 2048³ sgemm calls and
+// of five 64 MiB copies, through the same kernels profiles record — and
+// caches the result per machine (device, CPU model, GOMAXPROCS, matmul
+// path) as JSON under the user's cache directory (forge/profile/, or
+// $FORGE_CACHE_DIR/profile/); a peak measured while other processes kept
+// the CPUs busy is used but not cached. A report then gives each kernel its
+// arithmetic intensity (FLOP/byte), whether it is compute- or
+// memory-bound, and the share of the attainable rate it reached:
+//
+//	attainable GFLOP/s = min(peak GFLOP/s, intensity × peak GB/s)
+//	% of roofline      = max(FLOPs / peak GFLOP/s, bytes / peak GB/s) / time
+//
+// # Errors
+//
+// Recording and reporting never fail. BenchKernel and BenchStep return
+// errors for unknown kernels, bad sizes, unknown configs and kernels the
+// backend does not implement; WriteTrace returns the writer's error.
+package profile

@@ -1,0 +1,92 @@
+package profile
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/forgeml/forge/forge"
+)
+
+func TestRunRecordsChainsAndRestores(t *testing.T) {
+	var seen []string
+	outer := forge.KernelObserver(func(k forge.KernelCall) { seen = append(seen, k.Kernel) })
+	before := forge.SetKernelObserver(outer)
+	defer forge.SetKernelObserver(before)
+
+	a, b := forge.Randn(4, 8), forge.Randn(8, 3)
+	seen = nil
+	p := Run(func() {
+		TimeHost("data", func() {})
+		Scope("outer", func() {
+			a.MatMul(b) // (4, 3)
+			Scope("inner", func() { a.Exp() })
+		})
+		a.Neg()
+	})
+	kernels := func() []string {
+		var s []string
+		for _, r := range p.Records {
+			s = append(s, r.Kernel+"@"+r.Scope)
+		}
+		return s
+	}
+	if want := []string{"matmul@outer", "unary.exp@outer/inner", "unary.neg@"}; !slices.Equal(kernels(), want) {
+		t.Errorf("records %v, want %v", kernels(), want)
+	}
+	if !slices.Equal(seen, []string{"matmul", "unary.exp", "unary.neg"}) {
+		t.Errorf("the previous observer saw %v", seen)
+	}
+	mm := p.Records[0]
+	if mm.FLOPs != 2*4*8*3 || mm.Device != "cpu" || mm.Phase != forge.PhaseForward || mm.Duration <= 0 || mm.Start.Before(p.Start) {
+		t.Errorf("matmul record %+v", mm)
+	}
+	if len(p.Spans) != 1 || p.Spans[0].Name != "data" {
+		t.Errorf("host spans %+v", p.Spans)
+	}
+	var scopes []string
+	for _, s := range p.Scopes {
+		scopes = append(scopes, s.Name)
+	}
+	if !slices.Equal(scopes, []string{"outer/inner", "outer"}) { // in order of ending
+		t.Errorf("scopes %v", scopes)
+	}
+	if p.KernelTime() > p.Wall || p.Outside() != p.Wall-p.KernelTime() || p.Iterations != 1 {
+		t.Errorf("wall %v, kernels %v, outside %v", p.Wall, p.KernelTime(), p.Outside())
+	}
+	// Run restored the observer it found.
+	if got := forge.SetKernelObserver(outer); got == nil {
+		t.Error("the previous observer was not restored")
+	}
+	seen = nil
+	a.Neg()
+	if len(seen) != 1 || len(p.Records) != 3 {
+		t.Errorf("after Run: outer saw %v, profile has %d records", seen, len(p.Records))
+	}
+	// Outside a recording Scope and TimeHost only call fn.
+	ran := 0
+	Scope("x", func() { TimeHost("y", func() { ran++ }) })
+	if ran != 1 {
+		t.Error("Scope/TimeHost did not call fn")
+	}
+}
+
+func TestNestedRecorders(t *testing.T) {
+	x := forge.Randn(16)
+	outer := Start()
+	x.Exp()
+	inner := RunN(3, func() { x.Neg() })
+	x.Exp()
+	op := outer.Stop()
+	if len(inner.Records) != 3 || inner.Iterations != 3 {
+		t.Errorf("inner: %d records, %d iterations", len(inner.Records), inner.Iterations)
+	}
+	if len(op.Records) != 5 {
+		t.Errorf("outer: %d records, want 5 (the inner recording's too)", len(op.Records))
+	}
+	if again := outer.Stop(); again != op || len(again.Records) != 5 {
+		t.Error("a second Stop changed the profile")
+	}
+	if r := inner.Report(ReportOptions{}); r.Calls != 1 || r.Rows[0].Calls != 1 {
+		t.Errorf("per-iteration calls %v", r.Calls)
+	}
+}
