@@ -12,6 +12,14 @@ type node struct {
 	// is zero outside its window). Backward uses it when the input already
 	// has an accumulator of its own.
 	accumulate func(acc, g *Tensor)
+
+	// freshGrads: the rule returns newly allocated gradients that nothing
+	// else refers to (the matmul's pair of products). passOwned: the rule
+	// returns a view of its upstream gradient (a permutation, a reshape),
+	// so the result is unshared exactly when that gradient is. Backward
+	// then owns such a gradient: it adds later contributions into it in
+	// place, and a leaf keeps it as its Grad instead of a copy.
+	freshGrads, passOwned bool
 }
 
 // gradEntry is a gradient being accumulated during Backward. owned means
@@ -148,7 +156,12 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 			continue
 		}
 		gu := e.t
+		gu.fillPendingZeros() // complete before anything reads it
 		if u.node == nil {
+			if u.grad == nil && e.owned && gu.IsContiguous() {
+				u.grad = gu // unshared: no copy needed
+				continue
+			}
 			accumulateGrad(u, gu)
 			continue
 		}
@@ -160,6 +173,7 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 			n.accumulate(acc.t, gu)
 		} else {
 			gins := n.backward(gu)
+			fresh := n.accumulate != nil || n.freshGrads || (n.passOwned && e.owned)
 			for j, in := range n.inputs {
 				if in == nil || !in.requiresGrad || gins[j] == nil {
 					continue
@@ -171,10 +185,13 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 				old, ok := grads[in]
 				switch {
 				case !ok:
-					grads[in] = gradEntry{t: gi, owned: n.accumulate != nil}
+					grads[in] = gradEntry{t: gi, owned: fresh}
 				case old.owned:
+					old.t.fillPendingZeros()
+					gi.fillPendingZeros()
 					addInto(old.t, gi)
 				default:
+					gi.fillPendingZeros()
 					grads[in] = gradEntry{t: old.t.Add(gi), owned: true}
 				}
 			}

@@ -38,7 +38,18 @@ func (t *Tensor) MatMul(u *Tensor) *Tensor {
 	bv := b.broadcastView(append(slices.Clone(batch), k, n))
 	out := newTensor(t.dev, t.dtype, outShape)
 	matmulInto(out, av, bv, false)
-	return record(out, "matmul", []*Tensor{a, b}, func(g *Tensor) []*Tensor {
+	out = record(out, "matmul", []*Tensor{a, b}, func(g *Tensor) []*Tensor {
+		if a.requiresGrad && b.requiresGrad && a.Dim() == 2 && b.Dim() == 2 {
+			if !b.IsContiguous() && b.T().IsContiguous() {
+				// b is a transposed matrix (a linear layer's W.T()): form
+				// its gradient in W's layout, dBᵀ = dCᵀ @ A, so that W's
+				// gradient arrives contiguous and unshared.
+				ga, gbt := matmulPair(g, b.T(), g.T(), a)
+				return []*Tensor{ga, gbt.T()}
+			}
+			ga, gb := matmulPair(g, b.T(), a.T(), g)
+			return []*Tensor{ga, gb}
+		}
 		var ga, gb *Tensor
 		if a.requiresGrad { // dA = dC @ Bᵀ
 			ga = sumTo(g.MatMul(b.T()), a.shape)
@@ -48,6 +59,36 @@ func (t *Tensor) MatMul(u *Tensor) *Tensor {
 		}
 		return []*Tensor{ga, gb}
 	})
+	if out.node != nil && a.requiresGrad && b.requiresGrad && a.Dim() == 2 && b.Dim() == 2 {
+		out.node.freshGrads = true // matmulPair's products, or views of them
+	}
+	return out
+}
+
+// matmulPair returns the two 2-D products a1 @ b1 and a2 @ b2, computed by
+// one kernel launch: a backend that implements backend.MatMulBatcher runs
+// them side by side (the two gradients of a product are independent and
+// have equal FLOPs), others one after the other.
+func matmulPair(a1, b1, a2, b2 *Tensor) (*Tensor, *Tensor) {
+	a1, b1, a2, b2 = matOperand(a1), matOperand(b1), matOperand(a2), matOperand(b2)
+	o1 := newTensor(a1.dev, a1.dtype, []int{a1.shape[0], b1.shape[1]})
+	o2 := newTensor(a2.dev, a2.dtype, []int{a2.shape[0], b2.shape[1]})
+	f1 := 2 * int64(a1.shape[0]) * int64(a1.shape[1]) * int64(b1.shape[1])
+	f2 := 2 * int64(a2.shape[0]) * int64(a2.shape[1]) * int64(b2.shape[1])
+	launch(o1.dev, kcall{
+		name: "matmul", dt: o1.dtype, shapes: shapesOf(a1, b1, a2, b2, o1, o2),
+		flops: f1 + f2, bytes: bytesOf(a1, b1, a2, b2, o1, o2),
+	}, func(be backend.Backend) {
+		ops := []backend.MatMulOp{{Dst: o1.bv(), A: a1.bv(), B: b1.bv()}, {Dst: o2.bv(), A: a2.bv(), B: b2.bv()}}
+		if mb, ok := be.(backend.MatMulBatcher); ok {
+			mb.MatMulMany(ops)
+			return
+		}
+		for _, op := range ops {
+			be.MatMul(op.Dst, op.A, op.B, false)
+		}
+	})
+	return o1, o2
 }
 
 // matOperand returns t if its last two axes are row- or column-major (the

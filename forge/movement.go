@@ -30,7 +30,11 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	}
 	out := src.view(shape, backend.ContiguousStrides(shape), src.offset)
 	in := shapeOf(src.shape)
-	return record(out, "reshape", []*Tensor{src}, func(g *Tensor) []*Tensor { return []*Tensor{g.Reshape(in...)} })
+	out = record(out, "reshape", []*Tensor{src}, func(g *Tensor) []*Tensor { return []*Tensor{g.Reshape(in...)} })
+	if out.node != nil {
+		out.node.passOwned = true // a view of g, or a copy
+	}
+	return out
 }
 
 // View is Reshape.
@@ -159,7 +163,11 @@ func (t *Tensor) Permute(perm ...int) *Tensor {
 	for i, p := range perm {
 		inv[p] = i
 	}
-	return record(out, "permute", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.Permute(inv...)} })
+	out = record(out, "permute", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.Permute(inv...)} })
+	if out.node != nil {
+		out.node.passOwned = true // a view of g
+	}
+	return out
 }
 
 // Transpose swaps axes a and b. No copy.
@@ -234,24 +242,144 @@ func (t *Tensor) Narrow(axis, start, length int) *Tensor {
 	shape[a] = length
 	out := t.view(shape, slices.Clone(t.strides), t.offset+start*t.strides[a])
 	in := shapeOf(t.shape)
+	order := denseOrder(t.shape, t.strides)
 	out = record(out, "narrow", []*Tensor{t}, func(g *Tensor) []*Tensor {
-		return []*Tensor{padInto(g, in, a, start)}
+		return []*Tensor{padIntoOrdered(g, in, order, a, start)}
 	})
 	if out.node != nil {
-		// The window of the input's gradient: add g there, nothing else.
+		// The window of the input's gradient: add g there, nothing else
+		// (copy it, where the window is still a pending zero).
 		out.node.accumulate = func(acc, g *Tensor) {
-			addInto(acc.view(g.shape, acc.strides, acc.offset+start*acc.strides[a]), g)
+			dst := acc.view(g.shape, acc.strides, acc.offset+start*acc.strides[a])
+			if acc.takeZeroSpan(a, start, start+length) {
+				copyInto(dst, g)
+				return
+			}
+			addInto(dst, g)
 		}
 	}
 	return out
 }
 
-// padInto returns zeros of shape with g copied at [start, start+len) of axis.
-func padInto(g *Tensor, shape []int, axis, start int) *Tensor {
-	z := fullOn(g.dev, g.dtype, shape, 0)
+// padIntoOrdered returns zeros of shape with g copied at [start, start+len)
+// of axis, the result's axes laid out in memory in the given order
+// (outermost first; nil: row-major), so that the gradient of a narrowed
+// permuted view (the q, k, v of a fused QKV projection) has its input's
+// layout, and the permutation's backward needs no copy.
+//
+// The zeros around the window are not written yet: they are pending
+// (Tensor.pendingZero), so that the gradients of the other windows, which
+// Backward accumulates through Narrow's accumulate, are copied into place
+// rather than added to zeros written first. Backward writes whatever is
+// still pending before anything reads the tensor (fillPendingZeros).
+func padIntoOrdered(g *Tensor, shape, order []int, axis, start int) *Tensor {
+	z := newTensor(g.dev, g.dtype, shape)
+	if order != nil {
+		z.strides = make([]int, len(shape))
+		acc := 1
+		for i := len(order) - 1; i >= 0; i-- {
+			z.strides[order[i]] = acc
+			acc *= shape[order[i]]
+		}
+	}
+	length := g.shape[axis]
+	zs := &zeroSpans{axis: axis}
+	if start > 0 {
+		zs.spans = append(zs.spans, [2]int{0, start})
+	}
+	if start+length < shape[axis] {
+		zs.spans = append(zs.spans, [2]int{start + length, shape[axis]})
+	}
+	if len(zs.spans) > 0 {
+		z.pendingZero = zs
+	}
 	dst := z.view(g.shape, z.strides, z.offset+start*z.strides[axis])
 	copyInto(dst, g)
 	return z
+}
+
+// zeroSpans are the spans [lo, hi) of one axis of a tensor still to be
+// zeroed.
+type zeroSpans struct {
+	axis  int
+	spans [][2]int
+}
+
+// takeZeroSpan reports whether [lo, hi) of axis lies inside a pending
+// zero span of t, and if so removes it from the pending spans (the caller
+// then writes it whole). Otherwise the pending zeros are written first, so
+// the caller may add into t.
+func (t *Tensor) takeZeroSpan(axis, lo, hi int) bool {
+	z := t.pendingZero
+	if z == nil {
+		return false
+	}
+	if z.axis == axis {
+		for i, s := range z.spans {
+			if s[0] <= lo && hi <= s[1] {
+				var rest [][2]int
+				if s[0] < lo {
+					rest = append(rest, [2]int{s[0], lo})
+				}
+				if hi < s[1] {
+					rest = append(rest, [2]int{hi, s[1]})
+				}
+				z.spans = slices.Concat(z.spans[:i], rest, z.spans[i+1:])
+				if len(z.spans) == 0 {
+					t.pendingZero = nil
+				}
+				return true
+			}
+		}
+	}
+	t.fillPendingZeros()
+	return false
+}
+
+// fillPendingZeros writes t's pending zero spans, if any.
+func (t *Tensor) fillPendingZeros() {
+	z := t.pendingZero
+	if z == nil {
+		return
+	}
+	t.pendingZero = nil
+	for _, s := range z.spans {
+		sh := slices.Clone(t.shape)
+		sh[z.axis] = s[1] - s[0]
+		v := t.view(sh, t.strides, t.offset+s[0]*t.strides[z.axis])
+		launch(t.dev, kcall{name: "fill", dt: t.dtype, shapes: shapesOf(v), bytes: bytesOf(v)},
+			func(b backend.Backend) { b.Fill(v.bv(), 0) })
+	}
+}
+
+// denseOrder returns the axes of a view ordered by decreasing stride when
+// the view covers a dense block of memory in some axis order (a
+// permutation of a contiguous tensor), except when that order is the
+// row-major one; else nil.
+func denseOrder(shape, strides []int) []int {
+	n := len(shape)
+	if n < 2 || numel(shape) == 0 {
+		return nil
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return strides[y] - strides[x] })
+	acc := 1
+	for i := n - 1; i >= 0; i-- {
+		ax := order[i]
+		if shape[ax] != 1 && strides[ax] != acc {
+			return nil
+		}
+		acc *= shape[ax]
+	}
+	for i, ax := range order {
+		if ax != i {
+			return order
+		}
+	}
+	return nil
 }
 
 // copyInto copies src into the (possibly strided) view dst, no graph.

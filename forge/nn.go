@@ -163,9 +163,16 @@ func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
 	if pos0 < 0 {
 		panic(errorf("rope", "position offset must be non-negative, got %d", pos0))
 	}
-	xc := x.Contiguous()
 	t, d := x.shape[x.Dim()-2], x.shape[x.Dim()-1]
 	n := x.Numel() / max(t*d, 1)
+	// A backend with a strided RoPE reads a view whose rows are contiguous
+	// (q or k of a fused QKV projection) where it lies, without a copy.
+	_, strided := x.dev.b.(backend.StridedRoPE)
+	strided = strided && !x.IsContiguous() && (x.strides[x.Dim()-1] == 1 || d == 1)
+	xc := x
+	if !strided {
+		xc = x.Contiguous()
+	}
 	rope := func(src *Tensor, inverse bool) *Tensor {
 		y := newTensor(src.dev, src.dtype, src.shape)
 		name := "rope"
@@ -174,8 +181,12 @@ func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
 		}
 		launch(src.dev, kcall{name: name, dt: src.dtype, shapes: shapesOf(src, y), bytes: bytesOf(src, y), flops: 6 * int64(src.Numel())},
 			func(be backend.Backend) {
-				be.RoPE(y.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), 0).bv(),
-					src.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), src.offset).bv(), pos0, theta, inverse)
+				yv := y.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), 0).bv()
+				if !src.IsContiguous() {
+					be.(backend.StridedRoPE).RoPEStrided(y.bv(), src.bv(), pos0, theta, inverse)
+					return
+				}
+				be.RoPE(yv, src.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), src.offset).bv(), pos0, theta, inverse)
 			})
 		return y
 	}
@@ -216,9 +227,26 @@ func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 	if causal && tq > tk {
 		panic(errorf("attention", "causal attention needs Tq ≤ Tk, got q %v, k %v", q.shape, k.shape))
 	}
-	q, k, v = q.Contiguous(), k.Contiguous(), v.Contiguous()
+	// A backend that takes row-strided operands reads q, k, v where they
+	// lie (heads of a fused QKV projection) and writes out laid out as
+	// (B, Tq, H, D), so that out.Transpose(1, 2) — how attention's output
+	// is usually consumed — is contiguous; its gradient then arrives
+	// row-strided too.
+	_, strided := q.dev.b.(backend.RowStridedAttention)
+	operand := func(x *Tensor) *Tensor {
+		if strided && rowStrided(x) {
+			return x
+		}
+		return x.Contiguous()
+	}
+	q, k, v = operand(q), operand(k), operand(v)
 	p := backend.AttentionParams{Scale: scale, Causal: causal}
-	out := newTensor(q.dev, q.dtype, q.shape)
+	var out *Tensor
+	if strided {
+		out = newTensor(q.dev, q.dtype, []int{b, tq, h, d}).Transpose(1, 2)
+	} else {
+		out = newTensor(q.dev, q.dtype, q.shape)
+	}
 	lse := newTensor(q.dev, q.dtype, []int{b, h, tq})
 	flops := 4 * int64(b*h) * int64(tq) * int64(tk) * int64(d)
 	if causal {
@@ -227,7 +255,7 @@ func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 	launch(q.dev, kcall{name: "attention", dt: q.dtype, shapes: shapesOf(q, k, v, out), bytes: bytesOf(q, k, v, out, lse), flops: flops},
 		func(be backend.Backend) { be.Attention(out.bv(), lse.bv(), q.bv(), k.bv(), v.bv(), p) })
 	return record(out, "attention", []*Tensor{q, k, v}, func(g *Tensor) []*Tensor {
-		g = g.Contiguous()
+		g = operand(g)
 		dq := newTensor(g.dev, g.dtype, q.shape)
 		dk := newTensor(g.dev, g.dtype, k.shape)
 		dv := newTensor(g.dev, g.dtype, v.shape)
@@ -237,6 +265,15 @@ func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 			})
 		return []*Tensor{dq, dk, dv}
 	})
+}
+
+// rowStrided reports whether x (4-D) has contiguous rows (stride 1 on its
+// last axis) and non-negative strides elsewhere, non-overlapping rows
+// within each (B, H) matrix.
+func rowStrided(x *Tensor) bool {
+	st := x.strides
+	d := x.shape[3]
+	return (st[3] == 1 || d <= 1) && st[0] >= 0 && st[1] >= 0 && (st[2] >= d || x.shape[2] <= 1)
 }
 
 // CrossEntropy returns the mean over non-ignored rows of

@@ -111,6 +111,10 @@ type Tensor struct {
 	requiresGrad bool
 	grad         *Tensor // accumulated gradient of a leaf
 	node         *node   // the op that made this tensor; nil for leaves
+
+	// pendingZero, set on a gradient accumulator being built by Backward
+	// only, lists the spans of it not yet written (zeros to be).
+	pendingZero *zeroSpans
 }
 
 // newTensor allocates a contiguous tensor on dev.

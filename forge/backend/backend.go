@@ -361,6 +361,43 @@ type Backend interface {
 	AdamW(param, grad, m, v View, p AdamWParams)
 }
 
+// MatMulOp is one product of a MatMulMany call: Dst = A @ B (Dst += A @ B
+// with Accumulate), with the operand rules of Backend.MatMul.
+type MatMulOp struct {
+	Dst, A, B  View
+	Accumulate bool
+}
+
+// MatMulBatcher is implemented by backends that can run several
+// independent products at once (for example the two gradients of a
+// product in the backward pass, each on its own worker, rather than each
+// split across the workers in turn). The products must not write memory
+// another of them reads or writes. The results are those of calling
+// MatMul on each op in turn, bit for bit.
+type MatMulBatcher interface {
+	MatMulMany(ops []MatMulOp)
+}
+
+// StridedRoPE is implemented by backends whose RoPE can read a strided x:
+// RoPEStrided is Backend.RoPE for an x (…, T, D) of any rank ≥ 2 whose
+// last axis is contiguous (stride 1) and whose other axes have any
+// strides (a head of a fused QKV projection, seen through a permutation);
+// y is contiguous of x's shape. It spares the copy that would make x
+// contiguous first.
+type StridedRoPE interface {
+	RoPEStrided(y, x View, pos0 int, theta float64, inverse bool)
+}
+
+// RowStridedAttention is implemented by backends whose Attention and
+// AttentionBackward accept q, k, v, out and dout that are not contiguous
+// but have contiguous rows: (B, H, T, D) views with stride 1 on D and any
+// non-negative strides on B, H and T (heads of a fused QKV projection, or
+// an output laid out as (B, T, H, D)). lse, dq, dk and dv stay contiguous.
+// It spares the copies that would make those operands contiguous.
+type RowStridedAttention interface {
+	RowStridedAttention()
+}
+
 // VariantNamer is implemented by backends whose kernels have several code
 // paths (e.g. BLAS or pure-Go matmul); the profiler records the path.
 type VariantNamer interface {

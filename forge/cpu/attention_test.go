@@ -539,3 +539,49 @@ func BenchmarkAttention(bb *testing.B) {
 		})
 	}
 }
+
+// TestAttentionRowStrided: q, k, v, out and dout laid out as padded
+// (B, T, H, D+2) memory, seen as (B, H, T, D) views with contiguous rows,
+// give bit for bit the results of contiguous operands.
+func TestAttentionRowStrided(t *testing.T) {
+	for _, c := range []attnCase{
+		{B: 2, H: 4, Hkv: 2, Tq: 70, Tk: 70, D: 32, causal: true},
+		{B: 1, H: 2, Hkv: 2, Tq: 5, Tk: 9, D: 16, causal: false},
+		{B: 2, H: 3, Hkv: 1, Tq: 3, Tk: 40, D: 8, causal: true},
+	} {
+		for _, dt := range []backend.DType{backend.Float32, backend.Float64} {
+			in := newAttnInputs(c, rand.New(rand.NewPCG(7, 8)), dt)
+			b := New()
+			want := runAttention(b, c, in, dt, 0)
+			strided := func(shape []int, data []float64) backend.View {
+				B, H, T, D := shape[0], shape[1], shape[2], shape[3]
+				mem := attnView(b, dt, []int{B, T, H, D + 2}, nil, 1)
+				v := backend.View{Buf: mem.Buf, Offset: mem.Offset + 1, Shape: shape,
+					Strides: []int{T * H * (D + 2), D + 2, H * (D + 2), 1}}
+				if data != nil {
+					b.Copy(v, attnView(b, dt, shape, data, 0))
+				}
+				return v
+			}
+			qs, ks := []int{c.B, c.H, c.Tq, c.D}, []int{c.B, c.Hkv, c.Tk, c.D}
+			q, k, v := strided(qs, in.q), strided(ks, in.k), strided(ks, in.v)
+			dout, out := strided(qs, in.dout), strided(qs, nil)
+			lse := attnView(b, dt, []int{c.B, c.H, c.Tq}, nil, 0)
+			dq, dk, dv := attnView(b, dt, qs, nil, 0), attnView(b, dt, ks, nil, 0), attnView(b, dt, ks, nil, 0)
+			p := backend.AttentionParams{Scale: c.scale(), Causal: c.causal}
+			b.Attention(out, lse, q, k, v, p)
+			b.AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout, p)
+			outC := attnView(b, dt, qs, nil, 0)
+			b.Copy(outC, out)
+			got := attnRun{attnRead(b, outC), attnRead(b, lse), attnRead(b, dq), attnRead(b, dk), attnRead(b, dv)}
+			for j, x := range [][2][]float64{{got.out, want.out}, {got.lse, want.lse},
+				{got.dq, want.dq}, {got.dk, want.dk}, {got.dv, want.dv}} {
+				for i := range x[1] {
+					if math.Float64bits(x[0][i]) != math.Float64bits(x[1][i]) {
+						t.Fatalf("%v %v: output %d element %d = %v, contiguous %v", c, dt, j, i, x[0][i], x[1][i])
+					}
+				}
+			}
+		}
+	}
+}

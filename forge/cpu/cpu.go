@@ -18,6 +18,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -395,6 +396,10 @@ func (b *Backend) Fill(dst backend.View, v float64) {
 	case backend.Float32:
 		d, x := buf(dst).F32, float32(v)
 		b.each(l, func(o []int, n int) {
+			if s == 1 && v == 0 && !math.Signbit(v) {
+				clear(d[o[0] : o[0]+n]) // memclr: vector stores
+				return
+			}
 			for j, p := 0, o[0]; j < n; j, p = j+1, p+s {
 				d[p] = x
 			}

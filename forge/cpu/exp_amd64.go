@@ -116,3 +116,33 @@ func expShift64(dst []float64, src []float32, shift float64) {
 func sigmoid32(op int, dst, x, g []float32) {
 	expUse.sigmoid(op, dst, x, g)
 }
+
+//go:noescape
+func swiglu32AVX512(y, a, b *float32, n int)
+
+//go:noescape
+func swigluBackward32AVX512(da, db, a, b, gr *float32, n int)
+
+// swiglu32Fused writes y = float32(silu(a))·b in one AVX-512 pass, the
+// bits of the composition with the AVX-512 sigmoid32, and reports whether
+// it ran (only while that is the exp kernel set in use).
+func swiglu32Fused(y, a, b []float32) bool {
+	if expUse.name != "avx512" {
+		return false
+	}
+	if n := len(a); n > 0 {
+		swiglu32AVX512(&y[:n][0], &a[0], &b[:n][0], n)
+	}
+	return true
+}
+
+// swigluBackward32Fused is swiglu32Fused for the backward: da and db.
+func swigluBackward32Fused(da, db, a, b, g []float32) bool {
+	if expUse.name != "avx512" {
+		return false
+	}
+	if n := len(a); n > 0 {
+		swigluBackward32AVX512(&da[:n][0], &db[:n][0], &a[0], &b[:n][0], &g[:n][0], n)
+	}
+	return true
+}

@@ -351,6 +351,142 @@ sig8done:
 	RET
 
 // ---------------------------------------------------------------------------
+// The SwiGLU gate (fused.go), forward and backward, one pass each: the
+// same operations as the composition of sigmoid32 (SILU8, SILUGRAD8) and
+// float32 products, so the same bits, but one exp per element (the
+// backward's silu(a) and σ(a) share 1 + e^−a) and no staging buffers.
+// Pointers: SI a, BX b, R10 g, DI da (or y), R9 db; CX count.
+
+// SWIGLUB8: a in ya, b in yb, g in yg (float32, kept); writes da to
+// (DI)(off) and db to (R9)(off) through the store macro st.
+#define SWIGLUB8(za, z1, z2, z3, z4, z5, xr, gr, ya, yb, yg, ys, ys2) \
+	VMULPS yb, yg, ys; \
+	VCVTPS2PD ya, xr; \
+	VCVTPS2PD ys, gr; \
+	VPXORQ.BCST e8SignMask<>(SB), xr, za; \
+	EXP8(za, z1, z2, z3, z4, z5); \
+	VADDPD Z17, za, za; \
+	VDIVPD za, xr, z1; \
+	VDIVPD za, Z17, za; \
+	VCVTPD2PS z1, ys; \
+	VMULPS ys, yg, ys2; \
+	VSUBPD za, Z17, z2; \
+	VFMADD213PD Z17, xr, z2; \
+	VMULPD za, gr, za; \
+	VMULPD z2, za, za
+
+// func swigluBackward32AVX512(da, db, a, b, gr *float32, n int)
+TEXT ·swigluBackward32AVX512(SB), NOSPLIT, $0-48
+	MOVQ da+0(FP), DI
+	MOVQ db+8(FP), R9
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), BX
+	MOVQ gr+32(FP), R10
+	MOVQ n+40(FP), CX
+	E8SETUP
+
+swb16:
+	CMPQ CX, $16
+	JLT swbtail
+	VMOVUPS (SI), Y22
+	VMOVUPS (BX), Y23
+	VMOVUPS (R10), Y24
+	VMOVUPS 32(SI), Y25
+	VMOVUPS 32(BX), Y26
+	VMOVUPS 32(R10), Y27
+	SWIGLUB8(Z0, Z1, Z2, Z3, Z4, Z5, Z18, Z20, Y22, Y23, Y24, Y28, Y29)
+	SWIGLUB8(Z6, Z7, Z8, Z9, Z10, Z11, Z19, Z21, Y25, Y26, Y27, Y30, Y31)
+	VCVTPD2PS Z0, Y0
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y29, (R9)
+	VCVTPD2PS Z6, Y6
+	VMOVUPS Y6, 32(DI)
+	VMOVUPS Y31, 32(R9)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, R10
+	ADDQ $64, DI
+	ADDQ $64, R9
+	SUBQ $16, CX
+	JMP swb16
+
+swbtail:
+	TESTQ CX, CX
+	JZ swbdone
+	TAILMASK8
+	VMOVUPS.Z (SI), K1, Y22
+	VMOVUPS.Z (BX), K1, Y23
+	VMOVUPS.Z (R10), K1, Y24
+	SWIGLUB8(Z0, Z1, Z2, Z3, Z4, Z5, Z18, Z20, Y22, Y23, Y24, Y28, Y29)
+	VCVTPD2PS Z0, Y0
+	VMOVUPS Y0, K1, (DI)
+	VMOVUPS Y29, K1, (R9)
+	LEAQ (SI)(AX*4), SI
+	LEAQ (BX)(AX*4), BX
+	LEAQ (R10)(AX*4), R10
+	LEAQ (DI)(AX*4), DI
+	LEAQ (R9)(AX*4), R9
+	SUBQ AX, CX
+	JMP swbtail
+
+swbdone:
+	VZEROUPPER
+	RET
+
+// SWIGLUF8: y = float32(silu(a))·b, a in ya, b in yb; result in ys.
+#define SWIGLUF8(za, z1, z2, z3, z4, z5, xr, ya, yb, ys) \
+	VCVTPS2PD ya, xr; \
+	VPXORQ.BCST e8SignMask<>(SB), xr, za; \
+	EXP8(za, z1, z2, z3, z4, z5); \
+	VADDPD Z17, za, za; \
+	VDIVPD za, xr, za; \
+	VCVTPD2PS za, ys; \
+	VMULPS yb, ys, ys
+
+// func swiglu32AVX512(y, a, b *float32, n int)
+TEXT ·swiglu32AVX512(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), BX
+	MOVQ n+24(FP), CX
+	E8SETUP
+
+swf16:
+	CMPQ CX, $16
+	JLT swftail
+	VMOVUPS (SI), Y22
+	VMOVUPS (BX), Y23
+	VMOVUPS 32(SI), Y25
+	VMOVUPS 32(BX), Y26
+	SWIGLUF8(Z0, Z1, Z2, Z3, Z4, Z5, Z18, Y22, Y23, Y28)
+	SWIGLUF8(Z6, Z7, Z8, Z9, Z10, Z11, Z19, Y25, Y26, Y29)
+	VMOVUPS Y28, (DI)
+	VMOVUPS Y29, 32(DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP swf16
+
+swftail:
+	TESTQ CX, CX
+	JZ swfdone
+	TAILMASK8
+	VMOVUPS.Z (SI), K1, Y22
+	VMOVUPS.Z (BX), K1, Y23
+	SWIGLUF8(Z0, Z1, Z2, Z3, Z4, Z5, Z18, Y22, Y23, Y28)
+	VMOVUPS Y28, K1, (DI)
+	LEAQ (SI)(AX*4), SI
+	LEAQ (BX)(AX*4), BX
+	LEAQ (DI)(AX*4), DI
+	SUBQ AX, CX
+	JMP swftail
+
+swfdone:
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------------
 // Constants (broadcast from 8 bytes).
 
 #define CONST8(name, bits) \

@@ -33,3 +33,9 @@ func expShift64(dst []float64, src []float32, shift float64) {
 func sigmoid32(op int, dst, x, g []float32) {
 	sigmoid32Go(op, dst, x, g)
 }
+
+// swiglu32Fused reports false: the portable composition runs.
+func swiglu32Fused(y, a, b []float32) bool { return false }
+
+// swigluBackward32Fused reports false: the portable composition runs.
+func swigluBackward32Fused(da, db, a, b, g []float32) bool { return false }

@@ -58,6 +58,9 @@ func swiglu[T Float](be *Backend, yv, av, bv backend.View) {
 	n := yv.Numel()
 	y, a, b := floats[T](yv)[:n], floats[T](av)[:n], floats[T](bv)[:n]
 	be.parallelFor(n, 3+transCost, func(lo, hi int) {
+		if isF32[T]() && swiglu32Fused(asF32(y[lo:hi]), asF32(a[lo:hi]), asF32(b[lo:hi])) {
+			return
+		}
 		var buf [fusedBlock]T
 		for j := lo; j < hi; j += fusedBlock {
 			e := min(j+fusedBlock, hi)
@@ -85,6 +88,10 @@ func swigluBackward[T Float](be *Backend, dav, dbv, av, bv, gv backend.View) {
 	da, db := floats[T](dav)[:n], floats[T](dbv)[:n]
 	a, b, g := floats[T](av)[:n], floats[T](bv)[:n], floats[T](gv)[:n]
 	be.parallelFor(n, 5+2*transCost, func(lo, hi int) {
+		if isF32[T]() && swigluBackward32Fused(asF32(da[lo:hi]), asF32(db[lo:hi]),
+			asF32(a[lo:hi]), asF32(b[lo:hi]), asF32(g[lo:hi])) {
+			return
+		}
 		var sb, gb [fusedBlock]T
 		for j := lo; j < hi; j += fusedBlock {
 			e := min(j+fusedBlock, hi)
@@ -209,6 +216,15 @@ func adamw[T Float](be *Backend, pv, gv, mv, vv backend.View, p backend.AdamWPar
 // adamwSlice is the update of one slice, every element in float64: m and v
 // are rounded once when stored, and the step reads the stored values.
 func adamwSlice[T Float](c adamwCoefs, w, g, m, v []T) {
+	if isF32[T]() && adamwSlice32(c, asF32(w), asF32(g), asF32(m), asF32(v)) {
+		return
+	}
+	adamwSliceGo(c, w, g, m, v)
+}
+
+// adamwSliceGo is the portable adamwSlice (the definition the assembly
+// follows).
+func adamwSliceGo[T Float](c adamwCoefs, w, g, m, v []T) {
 	n := len(w)
 	g, m, v = g[:n], m[:n], v[:n]
 	for i := range w {

@@ -304,3 +304,141 @@ func TestMatMulThreadedBLAS(t *testing.T) {
 		t.Fatalf("OpenBLAS left at %d threads, want 1", n)
 	}
 }
+
+// TestMatMulMany: several products at once give, bit for bit, what MatMul
+// gives for each product alone on one worker, and on any number of
+// workers; the cases include the two gradients of a linear layer (equal
+// work: run side by side) and unbalanced sets (run in turn).
+func TestMatMulMany(t *testing.T) {
+	gemmPaths(t, func(t *testing.T) {
+		sets := [][]matmulCase{
+			{ // dX = dY·W and dW = Xᵀ·dY of a 256→96 linear layer on 300 rows
+				{m: 300, n: 96, k: 256},
+				{m: 96, n: 256, k: 300, a: matOperand{colMajor: true}},
+			},
+			{ // unbalanced, with accumulate, a batch and a column-major b
+				{m: 200, n: 180, k: 150, b: matOperand{colMajor: true}, accumulate: true},
+				{batch: []int{3}, m: 17, n: 33, k: 40},
+				{m: 64, n: 64, k: 64, a: matOperand{colMajor: true, pad: 3}},
+			},
+			{ // three of equal size (3 workers: one each)
+				{m: 130, n: 70, k: 90}, {m: 130, n: 70, k: 90, accumulate: true}, {m: 70, n: 130, k: 90},
+			},
+			{{m: 3, n: 4, k: 5}, {m: 2, n: 2, k: 0}}, // small: in turn
+		}
+		for si, set := range sets {
+			for _, f32 := range []bool{true, false} {
+				r := rand.New(rand.NewPCG(uint64(si), 7))
+				type prod struct{ dst, a, b backend.View }
+				var want [][]float64
+				var prods []prod
+				for _, c := range set {
+					if c.a.batchShape == nil {
+						c.a.batchShape = c.batch
+					}
+					if c.b.batchShape == nil {
+						c.b.batchShape = c.batch
+					}
+					var p prod
+					if f32 {
+						p = prod{makeOperand[float32](r, matOperand{batchShape: c.batch}, c.m, c.n, 2),
+							makeOperand[float32](r, c.a, c.m, c.k, 3), makeOperand[float32](r, c.b, c.k, c.n, 5)}
+					} else {
+						p = prod{makeOperand[float64](r, matOperand{batchShape: c.batch}, c.m, c.n, 2),
+							makeOperand[float64](r, c.a, c.m, c.k, 3), makeOperand[float64](r, c.b, c.k, c.n, 5)}
+					}
+					prods = append(prods, p)
+				}
+				snapshot := func(v backend.View) []float64 {
+					if f32 {
+						return toF64(floats[float32](v))
+					}
+					return append([]float64(nil), floats[float64](v)...)
+				}
+				restore := func(v backend.View, x []float64) {
+					if f32 {
+						d := floats[float32](v)
+						for i := range x {
+							d[i] = float32(x[i])
+						}
+					} else {
+						copy(floats[float64](v), x)
+					}
+				}
+				init := make([][]float64, len(prods))
+				for i, p := range prods {
+					init[i] = snapshot(p.dst)
+				}
+				one := New()
+				one.workers = 1
+				for i, p := range prods {
+					one.MatMul(p.dst, p.a, p.b, set[i].accumulate)
+					want = append(want, snapshot(p.dst))
+				}
+				for _, workers := range []int{1, 2, 3, 8} {
+					be := New()
+					be.workers = workers
+					ops := make([]backend.MatMulOp, len(prods))
+					for i, p := range prods {
+						restore(p.dst, init[i])
+						ops[i] = backend.MatMulOp{Dst: p.dst, A: p.a, B: p.b, Accumulate: set[i].accumulate}
+					}
+					be.MatMulMany(ops)
+					for i, p := range prods {
+						got := snapshot(p.dst)
+						for j := range got {
+							if got[j] != want[i][j] {
+								t.Fatalf("set %d f32=%v workers %d: product %d element %d = %v, alone on one worker %v",
+									si, f32, workers, i, j, got[j], want[i][j])
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkMatMulPair: the two gradients of the tiny GPT's linear layers
+// (2048 rows), side by side (MatMulMany) or each split in turn.
+func BenchmarkMatMulPair(bb *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, s := range [][2]int{{128, 512}, {512, 128}, {128, 384}, {128, 128}, {256, 1024}, {1024, 256}, {256, 768}, {256, 4096}} {
+		in, out := s[0], s[1]
+		const rows = 2048
+		x := makeOperand[float32](r, matOperand{}, rows, in, 0)
+		w := makeOperand[float32](r, matOperand{}, out, in, 0)
+		g := makeOperand[float32](r, matOperand{}, rows, out, 0)
+		dx := makeOperand[float32](r, matOperand{}, rows, in, 0)
+		dw := makeOperand[float32](r, matOperand{}, in, out, 0)
+		xt := backend.View{Buf: x.Buf, Shape: []int{in, rows}, Strides: []int{1, in}}
+		ops := []backend.MatMulOp{{Dst: dx, A: g, B: w}, {Dst: dw, A: xt, B: g}}
+		be := New()
+		bb.Run(fmt.Sprintf("%dx%d/many", in, out), func(bb *testing.B) {
+			for bb.Loop() {
+				be.MatMulMany(ops)
+			}
+		})
+		one := New()
+		one.workers = 1
+		for i, op := range ops {
+			bb.Run(fmt.Sprintf("%dx%d/alone%d", in, out, i), func(bb *testing.B) {
+				for bb.Loop() {
+					one.MatMul(op.Dst, op.A, op.B, false)
+				}
+			})
+			bb.Run(fmt.Sprintf("%dx%d/split%d", in, out, i), func(bb *testing.B) {
+				for bb.Loop() {
+					be.MatMul(op.Dst, op.A, op.B, false)
+				}
+			})
+		}
+		bb.Run(fmt.Sprintf("%dx%d/inturn", in, out), func(bb *testing.B) {
+			for bb.Loop() {
+				for _, op := range ops {
+					be.MatMul(op.Dst, op.A, op.B, false)
+				}
+			}
+		})
+	}
+}

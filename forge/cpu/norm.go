@@ -404,6 +404,10 @@ func rmsNormBackwardRows[T Float](b *Backend, dx, dw, dy, x, w, rstd backend.Vie
 //	dw_j += dy_j·x_j·rstd
 func rmsNormBackward[T Float](dx []T, pw []float64, dy, x, w []T, rstd float64) {
 	c := len(x)
+	if isF32[T]() && dx != nil && pw != nil && w != nil &&
+		rmsBackRow32(asF32(dx), pw, asF32(dy), asF32(x), asF32(w), rstd) {
+		return
+	}
 	dy = dy[:c]
 	if pw != nil {
 		pw = pw[:c]

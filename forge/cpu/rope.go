@@ -30,6 +30,11 @@ type ropeKey struct {
 type ropeTable struct {
 	key      ropeKey
 	cos, sin []float64
+
+	// The same laid out for the vector kernel (ropeRow32), each (T, D),
+	// where it runs: cc[2k] = cc[2k+1] = cos φ, and ss = (−sin φ, sin φ)
+	// per pair for the rotation, (sin φ, −sin φ) for the inverse.
+	cc, ss, ssInv []float64
 }
 
 // ropeCache keeps the most recently used tables (a training step uses one
@@ -62,11 +67,23 @@ func (b *Backend) ropeTableFor(key ropeKey) *ropeTable {
 	for k := range freq {
 		freq[k] = math.Pow(key.theta, -float64(2*k)/float64(key.d))
 	}
+	wide := ropeVector && key.d%8 == 0
+	if wide {
+		n := key.t * key.d
+		tb.cc, tb.ss, tb.ssInv = make([]float64, n), make([]float64, n), make([]float64, n)
+	}
 	b.parallelFor(key.t, expCost*half, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			pos := float64(key.pos0 + t)
 			for k, f := range freq {
-				tb.sin[t*half+k], tb.cos[t*half+k] = math.Sincos(pos * f)
+				sn, cs := math.Sincos(pos * f)
+				tb.sin[t*half+k], tb.cos[t*half+k] = sn, cs
+				if wide {
+					j := t*key.d + 2*k
+					tb.cc[j], tb.cc[j+1] = cs, cs
+					tb.ss[j], tb.ss[j+1] = -sn, sn
+					tb.ssInv[j], tb.ssInv[j+1] = sn, -sn
+				}
 			}
 		}
 	})
@@ -97,6 +114,53 @@ func (b *Backend) RoPE(y, x backend.View, pos0 int, theta float64, inverse bool)
 	}
 }
 
+// RoPEStrided is RoPE for an x whose rows (last axis) are contiguous and
+// whose other axes have any strides (backend.StridedRoPE); y is contiguous.
+func (b *Backend) RoPEStrided(y, x backend.View, pos0 int, theta float64, inverse bool) {
+	checkFloat("rope", x.DType(), y)
+	r := len(x.Shape)
+	if r < 2 || (x.Strides[r-1] != 1 && x.Shape[r-1] > 1) {
+		panic(fmt.Sprintf("cpu: rope: x %v with strides %v needs rank ≥ 2 and contiguous rows", x.Shape, x.Strides))
+	}
+	if x.DType() == backend.Float32 {
+		ropeRows[float32](b, y, x, pos0, theta, inverse)
+	} else {
+		ropeRows[float64](b, y, x, pos0, theta, inverse)
+	}
+}
+
+// ropeRowIter walks the rows of a strided x (every axis but the last) in
+// row-major order: off is the element offset of the current row.
+type ropeRowIter struct {
+	shape, strides, idx []int
+	off                 int
+}
+
+// newRopeRowIter starts at row.
+func newRopeRowIter(x backend.View, row int) ropeRowIter {
+	r := len(x.Shape) - 1
+	it := ropeRowIter{shape: x.Shape[:r], strides: x.Strides[:r], idx: make([]int, r), off: x.Offset}
+	for d := r - 1; d >= 0; d-- {
+		n := x.Shape[d]
+		it.idx[d] = row % n
+		it.off += it.idx[d] * x.Strides[d]
+		row /= n
+	}
+	return it
+}
+
+func (it *ropeRowIter) next() {
+	for d := len(it.idx) - 1; d >= 0; d-- {
+		it.idx[d]++
+		it.off += it.strides[d]
+		if it.idx[d] < it.shape[d] {
+			return
+		}
+		it.off -= it.idx[d] * it.strides[d]
+		it.idx[d] = 0
+	}
+}
+
 func ropeRows[T Float](b *Backend, y, x backend.View, pos0 int, theta float64, inverse bool) {
 	r := len(x.Shape)
 	d, t := 1, 1
@@ -112,8 +176,15 @@ func ropeRows[T Float](b *Backend, y, x backend.View, pos0 int, theta float64, i
 	if t == 0 || d == 0 {
 		return
 	}
-	rows := x.Numel() / d                                  // N·T rows of D
-	xs, ys := floats[T](x)[:rows*d], floats[T](y)[:rows*d] // (N, T, D)
+	rows := x.Numel() / d // N·T rows of D
+	ys := floats[T](y)[:rows*d]
+	strided := !x.IsContiguous()
+	var xs []T
+	if strided {
+		xs = wholeFloats[T](x) // offsets from ropeRowOffset
+	} else {
+		xs = floats[T](x)[:rows*d] // (N, T, D)
+	}
 	tb := b.ropeTableFor(ropeKey{t: t, d: d, pos0: pos0, theta: theta})
 	sign := 1.0
 	if inverse {
@@ -121,9 +192,27 @@ func ropeRows[T Float](b *Backend, y, x backend.View, pos0 int, theta float64, i
 	}
 	half := d / 2
 	b.parallelFor(rows, 3*d, func(lo, hi int) {
+		// Strided: an odometer over the row axes gives each row's offset.
+		var it ropeRowIter
+		if strided {
+			it = newRopeRowIter(x, lo)
+		}
 		for row := lo; row < hi; row++ {
 			p := row % t
-			ropeForward(ys[row*d:(row+1)*d], xs[row*d:(row+1)*d],
+			xo := row * d
+			if strided {
+				xo = it.off
+				it.next()
+			}
+			if tb.cc != nil && isF32[T]() {
+				ss := tb.ss
+				if inverse {
+					ss = tb.ssInv
+				}
+				ropeRow32(asF32(ys[row*d:(row+1)*d]), asF32(xs[xo:xo+d]), tb.cc[p*d:(p+1)*d], ss[p*d:(p+1)*d])
+				continue
+			}
+			ropeForward(ys[row*d:(row+1)*d], xs[xo:xo+d],
 				tb.cos[p*half:(p+1)*half], tb.sin[p*half:(p+1)*half], sign)
 		}
 	})

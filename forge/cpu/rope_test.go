@@ -185,3 +185,37 @@ func BenchmarkRoPEF32(bb *testing.B) {
 		b.RoPE(y, x, 0, 10000, false)
 	}
 }
+
+// TestRoPEStrided: RoPEStrided on a permuted view (the q of a fused
+// (B, T, 3, H, D) projection seen as (B, H, T, D)) gives bit for bit what
+// RoPE gives on a contiguous copy, forward and inverse, for any workers.
+func TestRoPEStrided(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, dt := range []backend.DType{backend.Float32, backend.Float64} {
+		for _, c := range []struct{ b, tt, h, d int }{{2, 5, 3, 8}, {3, 33, 4, 32}, {1, 1, 1, 2}, {4, 64, 2, 64}} {
+			for _, inverse := range []bool{false, true} {
+				for _, workers := range []int{1, 2, 3} {
+					be := rkBackend(workers)
+					n := c.b * c.tt * 3 * c.h * c.d
+					all := rkView(dt, []int{c.b, c.tt, 3, c.h, c.d}, rkNormal(rng, n, 1, 0))
+					// index 1 of axis 2, permuted to (B, H, T, D)
+					x := backend.View{Buf: all.Buf, Offset: all.Offset + c.h*c.d,
+						Shape:   []int{c.b, c.h, c.tt, c.d},
+						Strides: []int{c.tt * 3 * c.h * c.d, c.d, 3 * c.h * c.d, 1}}
+					shape := []int{c.b * c.h, c.tt, c.d}
+					xc := rkView(dt, shape, nil)
+					be.Copy(backend.View{Buf: xc.Buf, Offset: xc.Offset, Shape: x.Shape, Strides: backend.ContiguousStrides(x.Shape)}, x)
+					want, got := rkView(dt, shape, nil), rkView(dt, x.Shape, nil)
+					be.RoPE(want, xc, 3, 10000, inverse)
+					be.RoPEStrided(got, x, 3, 10000, inverse)
+					w, g := rkRead(want), rkRead(got)
+					for i := range w {
+						if w[i] != g[i] {
+							t.Fatalf("%v %+v inverse=%v workers=%d: element %d = %v, contiguous RoPE %v", dt, c, inverse, workers, i, g[i], w[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}

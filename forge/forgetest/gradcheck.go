@@ -94,6 +94,25 @@ func gradCases(dev *forge.Device) []gradCase {
 		{name: "move/narrow_slice_index", shapes: s([]int{4, 5}), fn: func(x []*forge.Tensor) *forge.Tensor {
 			return x[0].Narrow(1, 1, 3).Slice(0, -3, 10).Index(1, 0).Exp()
 		}},
+		// Gradients of several windows of one tensor accumulate into one
+		// buffer (the ones below exercise the windows still unwritten:
+		// disjoint, nested, overlapping, partial, and the whole tensor
+		// used too), also through a permuted view.
+		{name: "move/narrow_windows", shapes: s([]int{3, 7}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			a := x[0].Narrow(1, 0, 2).Exp()
+			b := x[0].Narrow(1, 4, 2).Square()
+			c := x[0].Narrow(1, 1, 4).Tanh() // overlaps both
+			d := x[0].Narrow(1, 5, 1).Mul(x[0].Narrow(1, 6, 1))
+			return forge.Concat(1, a, b, c, d)
+		}},
+		{name: "move/narrow_windows_and_whole", shapes: s([]int{4, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			p := x[0].Permute(1, 0) // (3, 4) view
+			return forge.Concat(0, p.Index(0, 2).Exp(), p.Index(0, 0).Square(), x[0].Sum(1).Tanh())
+		}},
+		{name: "move/narrow_window_unused_rest", shapes: s([]int{2, 5, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			all := x[0].Permute(2, 0, 1)
+			return all.Index(0, 1).Exp().Add(all.Index(0, 1).Square())
+		}},
 		{name: "move/expand", shapes: s([]int{3, 1}), fn: func(x []*forge.Tensor) *forge.Tensor { return x[0].Expand(2, 3, 4).Tanh() }},
 		{name: "move/concat_stack", shapes: s([]int{2, 3}, []int{1, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
 			c := forge.Concat(0, x[0], x[1], x[0])
@@ -125,8 +144,21 @@ func gradCases(dev *forge.Device) []gradCase {
 			return forge.Embedding(ids(dev, []int32{4, 0, 4, 2, 1, 4}, 2, 3), x[0])
 		}},
 		{name: "nn/rope", shapes: s([]int{2, 2, 5, 6}), fn: func(x []*forge.Tensor) *forge.Tensor { return forge.RoPE(x[0], 3) }},
+		{name: "nn/rope_of_qkv", shapes: s([]int{2, 5, 3, 2, 6}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			// q and k of a fused (B, T, 3, H, D) projection, permuted to
+			// (B, H, T, D): strided views with contiguous rows.
+			all := x[0].Permute(2, 0, 3, 1, 4)
+			return forge.Concat(0, forge.RoPE(all.Index(0, 0), 3), forge.RoPE(all.Index(0, 1), 0), all.Index(0, 2))
+		}},
 		{name: "nn/attention_causal_gqa", shapes: s([]int{1, 4, 5, 8}, []int{1, 2, 5, 8}, []int{1, 2, 5, 8}), fn: func(x []*forge.Tensor) *forge.Tensor {
 			return forge.Attention(x[0], x[1], x[2], true)
+		}},
+		{name: "nn/attention_of_qkv", shapes: s([]int{2, 5, 3, 2, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			// q, k, v as heads of a fused (B, T, 3, H, D) projection, the
+			// output consumed as (B, T, H·D), as in a transformer block.
+			all := x[0].Permute(2, 0, 3, 1, 4)
+			y := forge.Attention(forge.RoPE(all.Index(0, 0), 0), all.Index(0, 1), all.Index(0, 2), true)
+			return y.Transpose(1, 2).Reshape(2, 5, 8).Tanh()
 		}},
 		{name: "nn/attention_full", shapes: s([]int{2, 2, 3, 4}, []int{2, 2, 6, 4}, []int{2, 2, 6, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
 			return forge.Attention(x[0], x[1], x[2], false)
