@@ -1,24 +1,27 @@
-# Forge for Go. `make run` trains the tiny GPT and samples from it; `make test` runs every test.
+# Forge for Go. `make run` opens the REPL on the built-in corpus; `make test` runs every test.
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: setup run test test-fast bench check-darwin lint golden fuzz
+.PHONY: setup run repl test test-fast bench check-darwin lint golden fuzz
 
 setup:
 	@scripts/setup.sh
 
 run: setup
-	$(GO) run ./cmd/forge train
-	$(GO) run ./cmd/forge generate --prompt "It is a truth universally acknowledged" -n 120
+	$(GO) run ./cmd/forge repl
+
+repl: run
 
 # The full test run, as CI does it: lint, the darwin cross-build, every
 # package's tests on the CPU backend, the backend suite again with the
-# pure-Go matmul (no BLAS), a few seconds of every fuzz target, and a
+# pure-Go matmul (no BLAS), 200 steps of the tiny model through the REPL
+# against forge train, a few seconds of every fuzz target, and a
 # one-round smoke run of the benchmark tool so it cannot rot.
 test: lint check-darwin
 	@scripts/setup.sh test
 	$(GO) test ./...
 	FORGE_BLAS=off $(GO) test ./forge/cpu/ ./forge/forgetest/
+	FORGE_REPL_TINY=1 $(GO) test -run TestReplMatchesTrain ./repl/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
 	$(GO) run ./tests/benchtrain -quick >/dev/null

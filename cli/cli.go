@@ -36,6 +36,7 @@ var commands []command
 
 func init() {
 	commands = []command{
+		{"repl", replArgs, "interactive training: step, inspect, sample, plot and profile a run; Go against the library", cmdRepl},
 		{"train", "[--config tiny] [--run dir] [--steps n] [--data file.txt …]", "train a GPT (resumes the run directory if it exists)", cmdTrain},
 		{"generate", "[--run dir] [--prompt text] [-n 200] [--temperature 0.8] [--top-k 40] [--top-p 0.95]", "sample text from a trained run", cmdGenerate},
 		{"eval", "[--run dir] [--batches n]", "validation loss and perplexity of a run", cmdEval},

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/repl"
+)
+
+// replArgs is the argument summary of `forge repl` in the command table.
+const replArgs = "[run-dir] [--config tiny] [--data file.txt …] [--history file]"
+
+// cmdRepl opens (or creates) a run directory and reads inputs: with line
+// editing, history and completion on a terminal, plain lines otherwise
+// (`forge repl < script.forge`).
+func cmdRepl(e *env, args []string) error {
+	fs := flags(e, "repl")
+	config := fs.String("config", "", "config of a new run: "+strings.Join(configNames(), ", ")+" or a .json file (default tiny)")
+	history := fs.String("history", repl.DefaultHistoryFile(), "input history file (\"\": none)")
+	noOpen := fs.Bool("no-open", false, "start with no run open (:open or :new one)")
+	var dataFiles multiFlag
+	fs.Var(&dataFiles, "data", "a text file for a new run (repeatable), or a directory from forge prepare (default: the built-in corpus)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usagef("give at most one run directory, got %s", strings.Join(pos, " "))
+	}
+	stdin, _ := e.stdin.(*os.File)
+	tty := stdin != nil && repl.IsTerminal(stdin) && isTerminalWriter(e.stdout)
+	opts := repl.Options{Live: tty && isTerminalWriter(e.stderr)}
+	if tty {
+		opts.Width = repl.TerminalWidth
+	}
+	s, err := repl.NewSession(e.stdout, e.stderr, opts)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if !*noOpen {
+		dir := ""
+		if len(pos) == 1 {
+			dir = pos[0]
+		} else {
+			name := "tiny"
+			if *config != "" {
+				cfg, err := train.LoadConfig(*config)
+				if err != nil {
+					return err
+				}
+				name = cfg.Name
+			}
+			dir = filepath.Join("runs", name)
+		}
+		if err := s.Open(dir, *config, dataFiles); err != nil {
+			// The REPL starts anyway: :open or :new can follow.
+			fmt.Fprintf(e.stderr, "error: %s\n", repl.OneLine(err))
+		}
+	}
+	if tty {
+		fmt.Fprintln(e.stdout, "forge repl — :help lists the commands, Tab completes, Ctrl-C interrupts, Ctrl-D leaves")
+		return s.RunTerminal(repl.TerminalOptions{Stdin: stdin, Stdout: e.stdout, Stderr: e.stderr, HistoryFile: *history})
+	}
+	in := e.stdin
+	if in == nil {
+		in = strings.NewReader("")
+	}
+	if err := s.RunLines(in); err != nil {
+		if errors.Is(err, repl.ErrInputFailed) {
+			return errors.New("an input failed (see the errors above)")
+		}
+		return err
+	}
+	return nil
+}
+
+func isTerminalWriter(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && repl.IsTerminal(f)
+}

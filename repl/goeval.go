@@ -1,0 +1,392 @@
+package repl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/scanner"
+	"go/token"
+	"io"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/repl/symbols"
+	"github.com/traefik/yaegi/interp"
+)
+
+// bindPath is the binary package through which the session hands its live
+// values to the interpreter.
+const bindPath = "github.com/forgeml/forge/repl/bind"
+
+// goEval is the Go interpreter of a session.
+type goEval struct {
+	i *interp.Interpreter
+	// The values bound to model, tr, run and ctx (read by the interpreter
+	// through bindPath when bind runs).
+	model *gpt.Model
+	tr    *train.Trainer
+	run   *train.Session
+	ctx   context.Context
+	cur   context.Context // the running evaluation's context
+	// names the user declared, for completion.
+	names map[string]bool
+}
+
+// packages maps the names the interpreter imports to their paths.
+var packages = map[string]string{
+	"forge": "github.com/forgeml/forge/forge", "nn": "github.com/forgeml/forge/forge/nn",
+	"gpt": "github.com/forgeml/forge/forge/gpt", "optim": "github.com/forgeml/forge/forge/optim",
+	"train": "github.com/forgeml/forge/forge/train", "tokenizer": "github.com/forgeml/forge/forge/tokenizer",
+	"data": "github.com/forgeml/forge/forge/data", "configs": "github.com/forgeml/forge/configs",
+	"errors": "errors", "fmt": "fmt", "math": "math", "sort": "sort", "strconv": "strconv",
+	"strings": "strings", "time": "time",
+}
+
+// sessionContext is ctx in the interpreter: it is cancelled when the
+// evaluation that uses it is interrupted.
+type sessionContext struct{ g *goEval }
+
+func (c sessionContext) Deadline() (time.Time, bool) { return c.g.cur.Deadline() }
+func (c sessionContext) Done() <-chan struct{}       { return c.g.cur.Done() }
+func (c sessionContext) Err() error                  { return c.g.cur.Err() }
+func (c sessionContext) Value(k any) any             { return c.g.cur.Value(k) }
+
+func (s *Session) interp() (*goEval, error) {
+	if s.goi != nil {
+		return s.goi, nil
+	}
+	g := &goEval{names: map[string]bool{}, cur: context.Background()}
+	g.ctx = sessionContext{g}
+	g.i = interp.New(interp.Options{Stdout: s.stdout, Stderr: io.Discard})
+	if err := g.i.Use(symbols.Symbols); err != nil {
+		return nil, err
+	}
+	if err := g.i.Use(interp.Exports{bindPath + "/bind": {
+		"Model": reflect.ValueOf(&g.model).Elem(),
+		"Tr":    reflect.ValueOf(&g.tr).Elem(),
+		"Run":   reflect.ValueOf(&g.run).Elem(),
+		"Ctx":   reflect.ValueOf(&g.ctx).Elem(),
+	}}); err != nil {
+		return nil, err
+	}
+	var imp strings.Builder
+	imp.WriteString("import (\n")
+	for _, name := range sortedKeys(packages) {
+		fmt.Fprintf(&imp, "\t%s %q\n", name, packages[name])
+	}
+	fmt.Fprintf(&imp, "\tbind %q\n)", bindPath)
+	if _, err := g.i.Eval(imp.String()); err != nil {
+		return nil, fmt.Errorf("repl: importing the library into the interpreter: %v", err)
+	}
+	if err := g.bind(s); err != nil {
+		return nil, err
+	}
+	s.goi = g
+	return g, nil
+}
+
+// bind (re)binds model, tr, run and ctx to the session's open run.
+func (g *goEval) bind(s *Session) error {
+	g.model, g.tr, g.run = nil, nil, s.run
+	if s.run != nil {
+		g.model, g.tr = s.run.Model, s.run.Trainer
+	}
+	_, err := g.i.Eval("model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx")
+	return err
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// eval runs src in the interpreter, interrupted by ctx.
+func (g *goEval) eval(ctx context.Context, src string) (reflect.Value, error) {
+	g.cur = ctx
+	defer func() { g.cur = context.Background() }()
+	v, err := g.i.EvalWithContext(ctx, src)
+	if err != nil {
+		return v, goError(err, ctx)
+	}
+	return v, nil
+}
+
+var posPrefix = regexp.MustCompile(`^(_\.go:)?\d+:\d+: `)
+
+// goError makes an interpreter error one readable line.
+func goError(err error, ctx context.Context) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return errors.New("interrupted")
+	}
+	var p interp.Panic
+	if errors.As(err, &p) {
+		return panicError(p.Value)
+	}
+	var sl scanner.ErrorList
+	if errors.As(err, &sl) && len(sl) > 0 {
+		return fmt.Errorf("syntax error: %s", posPrefix.ReplaceAllString(sl[0].Error(), ""))
+	}
+	msg := posPrefix.ReplaceAllString(err.Error(), "")
+	if strings.HasPrefix(msg, "expected ") || strings.Contains(msg, "found ") {
+		return fmt.Errorf("syntax error: %s", msg)
+	}
+	var fe *forge.Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return errors.New(msg)
+}
+
+// voidBuiltins are the builtins that return nothing.
+var voidBuiltins = map[string]bool{"panic": true, "print": true, "println": true, "delete": true, "close": true, "clear": true}
+
+// evalGo evaluates Go: an expression's value is printed and bound to ans;
+// statements and declarations print nothing (except their own output).
+func (s *Session) evalGo(ctx context.Context, src string) error {
+	g, err := s.interp()
+	if err != nil {
+		return err
+	}
+	expr, perr := parser.ParseExpr(src)
+	if perr != nil {
+		g.noteNames(src)
+		_, err := g.eval(ctx, src)
+		return err
+	}
+	if _, ok := expr.(*ast.Ident); ok {
+		// Look first: a name's errors read better than ans := name's.
+		if _, err := g.eval(ctx, src); err != nil {
+			return err
+		}
+	}
+	call, ok := ast.Unparen(expr).(*ast.CallExpr)
+	if !ok {
+		v, err := g.eval(ctx, "ans := ("+src+")")
+		if err != nil {
+			return err
+		}
+		s.print(v)
+		return nil
+	}
+	// A call: find how many results it has without calling it, by taking
+	// the function as a value first (its receiver is evaluated once).
+	fun := src[call.Fun.Pos()-1 : call.Fun.End()-1]
+	args := src[call.Lparen-1 : call.Rparen]
+	nout := 1
+	var ftype reflect.Type
+	if id, ok := call.Fun.(*ast.Ident); ok && voidBuiltins[id.Name] {
+		nout = 0
+	} else if sel, ok := call.Fun.(*ast.SelectorExpr); ok && isIdent(sel.X, "fmt") && strings.Contains(sel.Sel.Name, "rint") {
+		nout = 0 // fmt.Println's byte count is noise
+	} else if fv, err := g.eval(ctx, "__fn := "+fun); err == nil && fv.Kind() == reflect.Func {
+		ftype = fv.Type()
+		nout = ftype.NumOut()
+		src = "__fn" + args
+	} else if err != nil && ctx.Err() != nil {
+		return err
+	}
+	switch nout {
+	case 0:
+		_, err := g.eval(ctx, src)
+		return err
+	case 1:
+		v, err := g.eval(ctx, "ans := "+src)
+		if err != nil {
+			return err
+		}
+		s.print(v)
+		return nil
+	}
+	// Several results: (v, err) prints v or returns err; others print as
+	// a tuple. ans is the first.
+	names := make([]string, nout)
+	for i := range names {
+		names[i] = fmt.Sprintf("__r%d", i)
+	}
+	if _, err := g.eval(ctx, strings.Join(names, ", ")+" := "+src); err != nil {
+		return err
+	}
+	vals := make([]reflect.Value, nout)
+	for i, n := range names {
+		if vals[i], err = g.eval(ctx, n); err != nil {
+			return err
+		}
+	}
+	if ftype.Out(nout - 1).Implements(errorType) {
+		if e, ok := valueOf(vals[nout-1]).(error); ok && e != nil {
+			return e
+		}
+		vals = vals[:nout-1]
+	}
+	if _, err := g.eval(ctx, "ans := __r0"); err != nil {
+		return err
+	}
+	if len(vals) == 1 {
+		s.print(vals[0])
+		return nil
+	}
+	parts := make([]string, len(vals))
+	for i, v := range vals {
+		parts[i] = format(v)
+	}
+	fmt.Fprintf(s.stdout, "(%s)\n", strings.Join(parts, ", "))
+	return nil
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+var errorType = reflect.TypeOf((*error)(nil)).Elem()
+
+// valueOf unwraps a reflect value to what it holds (nil for invalid).
+func valueOf(v reflect.Value) any {
+	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Interface) {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	if !v.IsValid() || !v.CanInterface() {
+		return nil
+	}
+	return v.Interface()
+}
+
+// print writes a value: tensors torch-style at the terminal's width,
+// Stringers by their String, structs with field names.
+func (s *Session) print(v reflect.Value) {
+	if !v.IsValid() {
+		return
+	}
+	fmt.Fprintln(s.stdout, format(v))
+}
+
+func format(v reflect.Value) string {
+	x := valueOf(v)
+	switch t := x.(type) {
+	case nil:
+		return "nil"
+	case *forge.Tensor:
+		if t == nil {
+			return "nil"
+		}
+		return t.String()
+	case fmt.Stringer, error:
+		return strings.TrimRight(fmt.Sprintf("%v", t), "\n")
+	case string:
+		return fmt.Sprintf("%q", t)
+	}
+	rv := reflect.ValueOf(x)
+	if rv.Kind() == reflect.Struct || rv.Kind() == reflect.Pointer && !rv.IsNil() && rv.Elem().Kind() == reflect.Struct {
+		return fmt.Sprintf("%+v", x)
+	}
+	return fmt.Sprintf("%v", x)
+}
+
+// noteNames records the names src declares at top level, for completion.
+func (g *goEval) noteNames(src string) {
+	fset := token.NewFileSet()
+	if f, err := parser.ParseFile(fset, "", "package p\n"+src, 0); err == nil {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					g.names[d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				g.noteSpecs(d)
+			}
+		}
+		return
+	}
+	f, err := parser.ParseFile(fset, "", "package p\nfunc _() {\n"+src+"\n}", 0)
+	if err != nil {
+		return
+	}
+	for _, st := range f.Decls[0].(*ast.FuncDecl).Body.List {
+		switch st := st.(type) {
+		case *ast.AssignStmt:
+			if st.Tok == token.DEFINE {
+				for _, l := range st.Lhs {
+					if id, ok := l.(*ast.Ident); ok && id.Name != "_" {
+						g.names[id.Name] = true
+					}
+				}
+			}
+		case *ast.DeclStmt:
+			if d, ok := st.Decl.(*ast.GenDecl); ok {
+				g.noteSpecs(d)
+			}
+		}
+	}
+}
+
+func (g *goEval) noteSpecs(d *ast.GenDecl) {
+	for _, sp := range d.Specs {
+		switch sp := sp.(type) {
+		case *ast.ValueSpec:
+			for _, n := range sp.Names {
+				g.names[n.Name] = true
+			}
+		case *ast.TypeSpec:
+			g.names[sp.Name.Name] = true
+		}
+	}
+}
+
+// incomplete reports whether Go source has unclosed brackets or an
+// unterminated string or comment, so more lines must follow.
+func incomplete(src string) bool {
+	depth := 0
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; c {
+		case '(', '[', '{':
+			depth++
+		case ')', ']', '}':
+			depth--
+		case '"', '\'':
+			j := i + 1
+			for ; j < len(src) && src[j] != c && src[j] != '\n'; j++ {
+				if src[j] == '\\' {
+					j++
+				}
+			}
+			i = j // an unterminated "…" ends at the line: a syntax error, not more input
+		case '`':
+			j := strings.IndexByte(src[i+1:], '`')
+			if j < 0 {
+				return true
+			}
+			i += j + 1
+		case '/':
+			if strings.HasPrefix(src[i:], "//") {
+				j := strings.IndexByte(src[i:], '\n')
+				if j < 0 {
+					return depth > 0
+				}
+				i += j
+			} else if strings.HasPrefix(src[i:], "/*") {
+				j := strings.Index(src[i+2:], "*/")
+				if j < 0 {
+					return true
+				}
+				i += j + 3
+			}
+		}
+	}
+	return depth > 0
+}

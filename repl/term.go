@@ -1,0 +1,240 @@
+package repl
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	"github.com/chzyer/readline"
+)
+
+var contextBackground = context.Background()
+
+// unfinished is the error of Go input that ends with brackets open.
+func (s *Session) unfinished(in string) error {
+	s.inputs = append(s.inputs, flatten(in))
+	return fmt.Errorf("syntax error: unfinished Go input %q (a bracket or string is still open)", flatten(in))
+}
+
+// Prompts.
+const (
+	Prompt     = "forge> "
+	MorePrompt = "  ...> "
+)
+
+// ErrInputFailed is returned by RunLines when at least one input failed.
+var ErrInputFailed = errors.New("repl: an input failed")
+
+// feeder accumulates lines into complete inputs and evaluates them.
+type feeder struct {
+	s       *Session
+	pending []string
+	failed  bool
+}
+
+// line takes one line; it reports whether the session should end.
+func (f *feeder) line(ctx context.Context, line string) (quit bool, complete bool) {
+	// A blank line or a meta-command ends an unfinished Go input: it is
+	// evaluated as it stands (and reports its error).
+	if t := strings.TrimSpace(line); len(f.pending) > 0 && (t == "" || strings.HasPrefix(t, ":")) {
+		in := strings.Join(f.pending, "\n")
+		f.pending = nil
+		f.failed = true
+		fmt.Fprintf(f.s.stderr, "error: %s\n", OneLine(f.s.unfinished(in)))
+		if t == "" {
+			return false, true
+		}
+	}
+	f.pending = append(f.pending, line)
+	in := strings.Join(f.pending, "\n")
+	err := f.s.EvalContext(ctx, in)
+	if errors.Is(err, ErrContinue) {
+		return false, false
+	}
+	f.pending = nil
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrQuit):
+		return true, true
+	default:
+		f.failed = true
+		fmt.Fprintf(f.s.stderr, "error: %s\n", OneLine(err))
+	}
+	return false, true
+}
+
+// RunLines evaluates the inputs read from r, one line at a time (lines
+// continue while Go brackets are open), printing each error as one line
+// and going on, until EOF or :quit; it then saves steps taken since the
+// last save. Ctrl-C (SIGINT) interrupts the running input only. It
+// returns ErrInputFailed if an input failed.
+func (s *Session) RunLines(r io.Reader) error {
+	f := &feeder{s: s}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var quit bool
+		interruptible(s, func(ctx context.Context) { quit, _ = f.line(ctx, sc.Text()) })
+		if quit {
+			return f.result()
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if len(f.pending) > 0 {
+		f.failed = true
+		fmt.Fprintf(s.stderr, "error: %s\n", OneLine(s.unfinished(strings.Join(f.pending, "\n"))))
+	}
+	if err := s.saveIfNeeded(); err != nil {
+		fmt.Fprintf(s.stderr, "error: %s\n", OneLine(err))
+		f.failed = true
+	}
+	return f.result()
+}
+
+func (f *feeder) result() error {
+	if f.failed {
+		return ErrInputFailed
+	}
+	return nil
+}
+
+// interruptible runs fn with a context cancelled by the first Ctrl-C; a
+// second Ctrl-C during the same input ends the process.
+func interruptible(s *Session, fn func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt)
+	done := make(chan struct{})
+	var fired atomic.Bool
+	go func() {
+		for {
+			select {
+			case <-ch:
+				if fired.Swap(true) {
+					fmt.Fprintln(s.stderr, "\ninterrupted twice: leaving")
+					os.Exit(130)
+				}
+				cancel()
+			case <-done:
+				return
+			}
+		}
+	}()
+	fn(ctx)
+	close(done)
+	signal.Stop(ch)
+	cancel()
+}
+
+// TerminalOptions configure RunTerminal.
+type TerminalOptions struct {
+	Stdin          *os.File
+	Stdout, Stderr io.Writer
+	// HistoryFile keeps one line per complete input ("" : none).
+	HistoryFile string
+}
+
+// DefaultHistoryFile is ~/.forge/history.
+func DefaultHistoryFile() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".forge", "history")
+}
+
+// TerminalWidth returns the width of the terminal on stdout (80 if it is
+// not a terminal).
+func TerminalWidth() int {
+	if w := readline.GetScreenWidth(); w > 0 {
+		return w
+	}
+	return 80
+}
+
+// IsTerminal reports whether f is a terminal.
+func IsTerminal(f *os.File) bool { return readline.IsTerminal(int(f.Fd())) }
+
+// RunTerminal reads inputs with line editing, history (Ctrl-R searches
+// it) and Tab completion until Ctrl-D or :quit. Ctrl-C at the prompt
+// clears the line; during an input it interrupts that input at a safe
+// point and the prompt returns.
+func (s *Session) RunTerminal(opts TerminalOptions) error {
+	if opts.HistoryFile != "" {
+		if err := os.MkdirAll(filepath.Dir(opts.HistoryFile), 0o755); err != nil {
+			fmt.Fprintf(s.stderr, "note: no history (%v)\n", err)
+			opts.HistoryFile = ""
+		}
+	}
+	rl, err := readline.NewEx(&readline.Config{
+		Prompt:                 Prompt,
+		HistoryFile:            opts.HistoryFile,
+		DisableAutoSaveHistory: true,
+		HistorySearchFold:      true,
+		AutoComplete:           completer{s},
+		InterruptPrompt:        "^C",
+		EOFPrompt:              "",
+		FuncGetWidth:           TerminalWidth,
+		Stdin:                  opts.Stdin,
+		Stdout:                 opts.Stdout,
+		Stderr:                 opts.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	defer rl.Close()
+	f := &feeder{s: s}
+	for {
+		line, err := rl.Readline()
+		switch {
+		case errors.Is(err, readline.ErrInterrupt):
+			f.pending = nil
+			rl.SetPrompt(Prompt)
+			continue
+		case errors.Is(err, io.EOF):
+			fmt.Fprintln(s.stdout)
+			return s.saveIfNeeded()
+		case err != nil:
+			return err
+		}
+		var quit, complete bool
+		n := len(s.inputs)
+		interruptible(s, func(ctx context.Context) { quit, complete = f.line(ctx, line) })
+		if len(s.inputs) > n { // one history entry per complete input
+			_ = rl.SaveHistory(s.inputs[len(s.inputs)-1])
+		}
+		if quit {
+			return nil
+		}
+		if complete {
+			rl.SetPrompt(Prompt)
+		} else {
+			rl.SetPrompt(MorePrompt)
+		}
+	}
+}
+
+// completer adapts Session.Complete to readline.
+type completer struct{ s *Session }
+
+func (c completer) Do(line []rune, pos int) ([][]rune, int) {
+	text := string(line[:pos])
+	cands, word := c.s.Complete(text, len(text))
+	if word == "" {
+		return nil, 0 // readline hangs listing candidates for an empty word
+	}
+	out := make([][]rune, len(cands))
+	for i, cand := range cands {
+		out[i] = []rune(cand[len(word):])
+	}
+	return out, len([]rune(word))
+}

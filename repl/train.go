@@ -1,0 +1,293 @@
+package repl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/termplot"
+)
+
+func cmdStep(s *Session, ctx context.Context, args []string) error {
+	if err := s.needRun(); err != nil {
+		return err
+	}
+	n := 1
+	if len(args) > 1 {
+		return usagef("give one number of steps")
+	}
+	if len(args) == 1 {
+		var err error
+		if n, err = strconv.Atoi(args[0]); err != nil || n < 1 {
+			return usagef("want a number of steps >= 1, got %q", args[0])
+		}
+	}
+	// :step is for small moves: no validation pass (:eval computes one).
+	tr := s.run.Trainer
+	val := tr.Val
+	tr.Val = nil
+	defer func() { tr.Val = val }()
+	return s.train(ctx, n, nil)
+}
+
+func cmdRun(s *Session, ctx context.Context, args []string) error {
+	if err := s.needRun(); err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		return usagef("give a number of steps or 'until <condition>'")
+	}
+	if args[0] != "until" {
+		if len(args) > 1 {
+			return usagef("give one number of steps")
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 1 {
+			return usagef("want a number of steps >= 1 or 'until <condition>', got %q", args[0])
+		}
+		return s.train(ctx, n, nil)
+	}
+	limit := 10000
+	cond := args[1:]
+	if i := indexOf(cond, "--max"); i >= 0 {
+		if i+1 >= len(cond) {
+			return usagef("--max needs a number of steps")
+		}
+		var err error
+		if limit, err = strconv.Atoi(cond[i+1]); err != nil || limit < 1 {
+			return usagef("--max wants a number of steps >= 1, got %q", cond[i+1])
+		}
+		cond = append(cond[:i:i], cond[i+2:]...)
+	}
+	if len(cond) == 0 {
+		return usagef("give a condition, such as loss < 4.5")
+	}
+	g, err := s.interp()
+	if err != nil {
+		return err
+	}
+	fv, err := g.eval(ctx, "__cond := func(step int, loss, val_loss, lr, grad_norm float64) bool { return "+strings.Join(cond, " ")+" }")
+	if err != nil {
+		return fmt.Errorf("the condition: %v", err)
+	}
+	if fv.Kind() != reflect.Func {
+		return fmt.Errorf("the condition: not a boolean expression")
+	}
+	val, _ := lastVal(s.run.Trainer.History.Steps)
+	met := false
+	check := func(m train.Metrics) error {
+		if m.ValLoss != nil {
+			val = *m.ValLoss
+		}
+		out := fv.Call([]reflect.Value{reflect.ValueOf(m.Step), reflect.ValueOf(m.Loss), reflect.ValueOf(val), reflect.ValueOf(m.LR), reflect.ValueOf(m.GradNorm)})
+		if out[0].Bool() {
+			met = true
+			return train.ErrStop
+		}
+		return nil
+	}
+	if err := s.train(ctx, limit, check); err != nil {
+		return err
+	}
+	if met {
+		fmt.Fprintf(s.stdout, "until %s: met at step %d\n", strings.Join(cond, " "), s.run.Trainer.StepCount())
+	} else if ctx.Err() == nil {
+		fmt.Fprintf(s.stdout, "until %s: not met in %d steps (--max)\n", strings.Join(cond, " "), limit)
+	}
+	return nil
+}
+
+func indexOf(a []string, x string) int {
+	for i, v := range a {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
+
+// train runs n steps of the open run through train.Session.Train (which
+// records every step and saves when it stops), drawing the live line and
+// printing a summary. stop, if set, sees each step and may end the run
+// with train.ErrStop.
+func (s *Session) train(ctx context.Context, n int, stop train.Callback) error {
+	r := s.run
+	first := r.Trainer.StepCount()
+	start := time.Now()
+	live := newLiveLine(s, n)
+	cb := func(m train.Metrics) error {
+		live.update(m)
+		if stop != nil {
+			return stop(m)
+		}
+		return nil
+	}
+	done, err := r.Train(ctx, n, cb)
+	live.finish()
+	if err != nil {
+		return err
+	}
+	s.savedStep = r.Trainer.StepCount()
+	if done == 0 {
+		fmt.Fprintln(s.stdout, "interrupted before the first step; the run is unchanged")
+		return nil
+	}
+	h := r.Trainer.History.Steps
+	recent := h[len(h)-done:]
+	el := time.Since(start)
+	tokens := float64(done) * float64(r.Config.TokensPerStep())
+	last := recent[len(recent)-1]
+	fmt.Fprintf(s.stdout, "steps %d→%d in %s (%s tok/s): loss %.4f → %.4f, lr %.2e", first, r.Trainer.StepCount(),
+		el.Round(10*time.Millisecond), kilo(tokens/el.Seconds()), recent[0].Loss, last.Loss, last.LR)
+	if last.ValLoss != nil {
+		fmt.Fprintf(s.stdout, ", val %.4f", *last.ValLoss)
+	}
+	fmt.Fprintln(s.stdout)
+	if len(recent) > 1 {
+		fmt.Fprintf(s.stdout, "loss %s\n", termplot.Sparkline(losses(recent), min(60, s.width()-6)))
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(s.stdout, "interrupted at step %d; saved\n", r.Trainer.StepCount())
+	}
+	return nil
+}
+
+func losses(h []train.Metrics) []float64 {
+	out := make([]float64, len(h))
+	for i, m := range h {
+		out[i] = m.Loss
+	}
+	return out
+}
+
+func kilo(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// liveLine redraws one status line (at most 10 times a second) on a
+// terminal: step, loss, lr, tokens/s and a sparkline of recent losses.
+type liveLine struct {
+	s      *Session
+	on     bool
+	total  int
+	done   int
+	recent []float64
+	last   time.Time
+	drawn  bool
+}
+
+func newLiveLine(s *Session, total int) *liveLine {
+	return &liveLine{s: s, on: s.opts.Live && s.settings.live, total: total}
+}
+
+func (l *liveLine) update(m train.Metrics) {
+	l.done++
+	l.recent = append(l.recent, m.Loss)
+	if len(l.recent) > 40 {
+		l.recent = l.recent[len(l.recent)-40:]
+	}
+	if !l.on || time.Since(l.last) < 100*time.Millisecond && l.done < l.total {
+		return
+	}
+	l.last = time.Now()
+	line := fmt.Sprintf("step %d (%d/%d)  loss %.4f  lr %.2e  %s tok/s  %s",
+		m.Step, l.done, l.total, m.Loss, m.LR, kilo(m.TokensPerSec), termplot.Sparkline(l.recent, 20))
+	w := l.s.width() - 1
+	if utf8.RuneCountInString(line) > w {
+		line = string([]rune(line)[:max(w, 0)])
+	}
+	fmt.Fprintf(l.s.stderr, "\r\x1b[K%s", line)
+	l.drawn = true
+}
+
+func (l *liveLine) finish() {
+	if l.drawn {
+		fmt.Fprint(l.s.stderr, "\r\x1b[K")
+	}
+}
+
+func cmdSample(s *Session, ctx context.Context, args []string) error {
+	if err := s.needRun(); err != nil {
+		return err
+	}
+	opts, pos, err := flagArgs(args, []string{"n", "t", "k", "p", "seed"}, nil)
+	if err != nil {
+		return err
+	}
+	n, temp, topK, topP, seed := 200, 0.8, 40, 0.95, s.settings.seed
+	for k, v := range opts {
+		var perr error
+		switch k {
+		case "n":
+			n, perr = strconv.Atoi(v)
+			if n < 1 {
+				perr = errors.New("")
+			}
+		case "t":
+			temp, perr = strconv.ParseFloat(v, 64)
+		case "k":
+			topK, perr = strconv.Atoi(v)
+		case "p":
+			topP, perr = strconv.ParseFloat(v, 64)
+		case "seed":
+			seed, perr = strconv.ParseUint(v, 10, 64)
+		}
+		if perr != nil {
+			return usagef("-%s: bad value %q", k, v)
+		}
+	}
+	prompt := strings.Join(pos, " ")
+	prompt = strings.NewReplacer(`\n`, "\n", `\t`, "\t").Replace(prompt)
+	text := prompt
+	if text == "" {
+		text = "\n"
+	}
+	tok := s.run.Tokenizer
+	ids := tok.Encode(text)
+	fmt.Fprint(s.stdout, prompt)
+	var pending []int
+	count := 0
+	start := time.Now()
+	var out []int
+	gerr := forge.Try(func() {
+		out, err = s.run.Model.Generate(ids, gpt.GenerateOptions{
+			MaxTokens: n, Sampling: gpt.Sampling{Temperature: temp, TopK: topK, TopP: topP}, Seed: seed,
+			OnToken: func(id int) bool {
+				count++
+				pending = append(pending, id)
+				// Hold back bytes that do not make whole characters yet.
+				if t := tok.Decode(pending); !strings.HasSuffix(t, "\uFFFD") || len(pending) > 8 {
+					fmt.Fprint(s.stdout, t)
+					pending = pending[:0]
+				}
+				return ctx.Err() == nil
+			},
+		})
+	})
+	fmt.Fprintln(s.stdout, tok.Decode(pending))
+	if gerr != nil {
+		return gerr
+	}
+	if err != nil {
+		return err
+	}
+	_ = out
+	el := time.Since(start)
+	fmt.Fprintf(s.stderr, "(%d tokens in %s, %s tok/s, seed %d)\n", count, el.Round(time.Millisecond), kilo(float64(count)/math.Max(el.Seconds(), 1e-9)), seed)
+	return nil
+}
