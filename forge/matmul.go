@@ -38,6 +38,12 @@ func (t *Tensor) MatMul(u *Tensor) *Tensor {
 	bv := b.broadcastView(append(slices.Clone(batch), k, n))
 	out := newTensor(t.dev, t.dtype, outShape)
 	matmulInto(out, av, bv, false)
+	return recordMatMul(out, a, b)
+}
+
+// recordMatMul records out = a @ b (a and b as the kernel saw them) for
+// autograd.
+func recordMatMul(out, a, b *Tensor) *Tensor {
 	out = record(out, "matmul", []*Tensor{a, b}, func(g *Tensor) []*Tensor {
 		if a.requiresGrad && b.requiresGrad && a.Dim() == 2 && b.Dim() == 2 {
 			if !b.IsContiguous() && b.T().IsContiguous() {
@@ -63,6 +69,33 @@ func (t *Tensor) MatMul(u *Tensor) *Tensor {
 		out.node.freshGrads = true // matmulPair's products, or views of them
 	}
 	return out
+}
+
+// MatMulPair returns t1 @ u1 and t2 @ u2, two independent products
+// computed by one kernel launch: a backend that can runs them side by
+// side, each on its own worker, rather than splitting each across the
+// workers in turn — the gate and up projections of a SwiGLU MLP, say. The
+// values are those of two MatMul calls, bit for bit, and so are the
+// gradients. Each pair follows MatMul's rules; pairs other than a
+// contiguous t (…, M, K) times a 2-D u (K, N) are computed by MatMul.
+func MatMulPair(t1, u1, t2, u2 *Tensor) (*Tensor, *Tensor) {
+	pairable := func(t, u *Tensor) bool {
+		return t.Dim() >= 2 && u.Dim() == 2 && t.IsContiguous() && t.shape[t.Dim()-1] == u.shape[0]
+	}
+	if !pairable(t1, u1) || !pairable(t2, u2) {
+		return t1.MatMul(u1), t2.MatMul(u2)
+	}
+	sameFloat("matmul", t1, u1, t2, u2)
+	fold := func(t *Tensor) (*Tensor, []int) {
+		lead := shapeOf(t.shape[:t.Dim()-1])
+		return t.Reshape(numel(lead), t.shape[t.Dim()-1]), lead
+	}
+	a1, lead1 := fold(t1)
+	a2, lead2 := fold(t2)
+	b1, b2 := matOperand(u1), matOperand(u2)
+	o1, o2 := matmulPair(a1, b1, a2, b2)
+	o1, o2 = recordMatMul(o1, a1, b1), recordMatMul(o2, a2, b2)
+	return o1.Reshape(append(lead1, u1.shape[1])...), o2.Reshape(append(lead2, u2.shape[1])...)
 }
 
 // matmulPair returns the two 2-D products a1 @ b1 and a2 @ b2, computed by

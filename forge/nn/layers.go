@@ -47,15 +47,19 @@ func NewLinear(in Init, nIn, nOut int, bias bool, std float64) *Linear {
 
 // Forward maps x (…, in) to (…, out).
 func (l *Linear) Forward(x *forge.Tensor) *forge.Tensor {
-	nIn := l.Weight.Size(1)
-	if x.Dim() == 0 || x.Size(-1) != nIn {
-		panic(errorf("linear", "input %v does not end in %d features (weight %v)", x.Shape(), nIn, l.Weight.Shape()))
-	}
+	l.check(x)
 	y := x.MatMul(l.Weight.T())
 	if l.Bias != nil {
 		y = y.Add(l.Bias)
 	}
 	return y
+}
+
+// check panics unless x ends in the layer's input features.
+func (l *Linear) check(x *forge.Tensor) {
+	if nIn := l.Weight.Size(1); x.Dim() == 0 || x.Size(-1) != nIn {
+		panic(errorf("linear", "input %v does not end in %d features (weight %v)", x.Shape(), nIn, l.Weight.Shape()))
+	}
 }
 
 // Params implements Module.
@@ -259,7 +263,14 @@ func NewMLP(in Init, kind string, dim, f int, bias bool, std, outStd float64) *M
 // Forward maps x (…, C) to (…, C).
 func (m *MLP) Forward(x *forge.Tensor) *forge.Tensor {
 	if m.Kind == "swiglu" {
-		return m.Down.Forward(forge.SwiGLU(m.Gate.Forward(x), m.Up.Forward(x)))
+		// The gate and up projections are independent: one launch runs
+		// them side by side.
+		m.Gate.check(x)
+		g, u := forge.MatMulPair(x, m.Gate.Weight.T(), x, m.Up.Weight.T())
+		if m.Gate.Bias != nil {
+			g, u = g.Add(m.Gate.Bias), u.Add(m.Up.Bias)
+		}
+		return m.Down.Forward(forge.SwiGLU(g, u))
 	}
 	return m.Down.Forward(m.Up.Forward(x).GELU())
 }
