@@ -31,6 +31,7 @@ func init() {
 		"GradEnabled":       reflect.ValueOf(forge.GradEnabled),
 		"Int32":             reflect.ValueOf(forge.Int32),
 		"LayerNorm":         reflect.ValueOf(forge.LayerNorm),
+		"MatMulPair":        reflect.ValueOf(forge.MatMulPair),
 		"NewGenerator":      reflect.ValueOf(forge.NewGenerator),
 		"NoGrad":            reflect.ValueOf(forge.NoGrad),
 		"Ones":              reflect.ValueOf(forge.Ones),
