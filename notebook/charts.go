@@ -1,0 +1,186 @@
+package notebook
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/go-echarts/go-echarts/v2/charts"
+	"github.com/go-echarts/go-echarts/v2/opts"
+)
+
+// Series is one line of a line chart.
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// LineOption builds the echarts option (JSON) of a line chart with a
+// numeric x axis, through go-echarts. Series are downsampled to MaxPoints
+// and their non-finite values become gaps.
+func LineOption(title, xName, yName string, logY bool, series ...Series) string {
+	line := charts.NewLine()
+	yType := "value"
+	if logY {
+		yType = "log"
+	}
+	line.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(len(series) > 1), Top: "22"}),
+		charts.WithGridOpts(opts.Grid{Left: "60", Right: "24", Top: "50", Bottom: "40"}),
+		charts.WithXAxisOpts(opts.XAxis{Type: "value", Name: xName, NameLocation: "middle", NameGap: 25, Scale: opts.Bool(true)}),
+		charts.WithYAxisOpts(opts.YAxis{Type: yType, Name: yName, Scale: opts.Bool(true)}),
+		charts.WithAnimation(false),
+	)
+	for _, s := range series {
+		ps := pairs(s.X, s.Y)
+		data := make([]opts.LineData, len(ps))
+		for i, p := range ps {
+			data[i] = opts.LineData{Value: []any{p[0], p[1]}}
+		}
+		line.AddSeries(s.Name, data, charts.WithLineChartOpts(opts.LineChart{
+			ShowSymbol: opts.Bool(len(ps) < 40), ConnectNulls: opts.Bool(false),
+		}))
+	}
+	return line.RenderSnippet().Option
+}
+
+// BarOption builds a horizontal bar chart (categories top to bottom).
+func BarOption(title, valueName string, labels []string, values []float64) string {
+	bar := charts.NewBar()
+	rev := make([]string, len(labels))
+	data := make([]opts.BarData, len(values))
+	for i := range labels {
+		rev[len(labels)-1-i] = labels[i]
+	}
+	for i, v := range values {
+		data[len(values)-1-i] = opts.BarData{Value: Value(v)}
+	}
+	bar.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithGridOpts(opts.Grid{Left: "8", Right: "40", Top: "40", Bottom: "30", ContainLabel: opts.Bool(true)}),
+		charts.WithXAxisOpts(opts.XAxis{Type: "value", Name: valueName, NameLocation: "middle", NameGap: 22}),
+		charts.WithYAxisOpts(opts.YAxis{Type: "category", Data: rev, AxisLabel: &opts.AxisLabel{Width: 220, Overflow: "truncate"}}),
+		charts.WithAnimation(false),
+	)
+	bar.AddSeries(valueName, data)
+	return bar.RenderSnippet().Option
+}
+
+// HistogramOption builds a histogram of values in bins bins (non-finite
+// values are left out; the title says how many).
+func HistogramOption(title string, values []float64, bins int) string {
+	if bins <= 0 {
+		bins = 50
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	bad := 0
+	for _, v := range values {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			bad++
+			continue
+		}
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	counts := make([]float64, bins)
+	labels := make([]string, bins)
+	if lo <= hi {
+		w := (hi - lo) / float64(bins)
+		if w == 0 {
+			w = 1
+		}
+		for _, v := range values {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				continue
+			}
+			counts[min(int((v-lo)/w), bins-1)]++
+		}
+		for i := range labels {
+			labels[i] = fmt.Sprintf("%.4g", lo+(float64(i)+0.5)*w)
+		}
+	}
+	if bad > 0 {
+		title += fmt.Sprintf(" (%d non-finite left out)", bad)
+	}
+	bar := charts.NewBar()
+	bar.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithGridOpts(opts.Grid{Left: "50", Right: "20", Top: "40", Bottom: "40"}),
+		charts.WithXAxisOpts(opts.XAxis{Type: "category", Name: "value", NameLocation: "middle", NameGap: 25}),
+		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "count"}),
+		charts.WithAnimation(false),
+	)
+	bar.SetXAxis(labels)
+	data := make([]opts.BarData, bins)
+	for i, c := range counts {
+		data[i] = opts.BarData{Value: c}
+	}
+	bar.AddSeries("count", data, charts.WithBarChartOpts(opts.BarChart{BarCategoryGap: "0%"}))
+	return bar.RenderSnippet().Option
+}
+
+// maxHeatmapSide is the most rows or columns a heatmap draws; larger
+// matrices are averaged over blocks.
+const maxHeatmapSide = 128
+
+// HeatmapOption builds a heatmap of a rows×cols matrix (row-major values).
+// Larger matrices are reduced by block means to at most 128×128 cells;
+// non-finite cells are drawn empty.
+func HeatmapOption(title string, rows, cols int, values []float64) string {
+	rs, cs := min(rows, maxHeatmapSide), min(cols, maxHeatmapSide)
+	cells := make([]float64, rs*cs)
+	counts := make([]int, rs*cs)
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			v := values[r*cols+c]
+			k := (r*rs/rows)*cs + c*cs/cols
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				cells[k] = math.NaN()
+			}
+			cells[k] += v
+			counts[k]++
+		}
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	data := make([]opts.HeatMapData, 0, rs*cs)
+	for r := 0; r < rs; r++ {
+		for c := 0; c < cs; c++ {
+			v := cells[r*cs+c] / float64(max(counts[r*cs+c], 1))
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
+			// y index 0 at the top: rows read downwards like the matrix.
+			data = append(data, opts.HeatMapData{Value: []any{c, r, Value(v)}})
+		}
+	}
+	if lo > hi {
+		lo, hi = 0, 1
+	}
+	xs := make([]string, cs)
+	ys := make([]string, rs)
+	for c := range xs {
+		xs[c] = fmt.Sprint(c * cols / cs)
+	}
+	for r := range ys {
+		ys[r] = fmt.Sprint(r * rows / rs)
+	}
+	if rs < rows || cs < cols {
+		title += fmt.Sprintf(" (block means, %d×%d cells)", rs, cs)
+	}
+	hm := charts.NewHeatMap()
+	hm.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true)}),
+		charts.WithGridOpts(opts.Grid{Left: "50", Right: "90", Top: "40", Bottom: "30"}),
+		charts.WithXAxisOpts(opts.XAxis{Type: "category", Data: xs, Name: "col"}),
+		charts.WithYAxisOpts(opts.YAxis{Type: "category", Data: ys, Name: "row", Inverse: opts.Bool(true)}),
+		charts.WithVisualMapOpts(opts.VisualMap{Calculable: opts.Bool(true), Min: float32(lo), Max: float32(hi), Right: "0", Top: "middle",
+			InRange: &opts.VisualMapInRange{Color: []string{"#313695", "#74add1", "#ffffbf", "#f46d43", "#a50026"}}}),
+		charts.WithAnimation(false),
+	)
+	hm.SetXAxis(xs)
+	hm.AddSeries(title, data)
+	return hm.RenderSnippet().Option
+}

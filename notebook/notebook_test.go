@@ -1,0 +1,415 @@
+//go:build unix
+
+package notebook
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/data"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/profile"
+	"github.com/forgeml/forge/forge/tokenizer"
+	"github.com/forgeml/forge/forge/train"
+)
+
+var optionRE = regexp.MustCompile(`(?s)var option = (.*?);\nvar tries`)
+
+func TestChartHTMLNaNAndEscaping(t *testing.T) {
+	s := Series{Name: "loss", X: []float64{1, 2, 3, 4}, Y: []float64{1, math.NaN(), math.Inf(1), 0.5}}
+	opt := LineOption("</script><script>alert(1)</script>", "step", "loss", false, s)
+	if !json.Valid([]byte(opt)) {
+		t.Fatalf("go-echarts option is not JSON: %s", opt)
+	}
+	h := ChartHTML("c1", opt, 0, "a </script> placeholder")
+	if n := strings.Count(h, "</script>"); n != 1 {
+		t.Fatalf("%d </script> in the fragment, want only the closing tag:\n%s", n, h)
+	}
+	m := optionRE.FindStringSubmatch(h)
+	if m == nil {
+		t.Fatalf("no option in %s", h)
+	}
+	var o map[string]any
+	if err := json.Unmarshal([]byte(m[1]), &o); err != nil {
+		t.Fatalf("option in the page is not JSON: %v", err)
+	}
+	data := o["series"].([]any)[0].(map[string]any)["data"].([]any)
+	got := []any{}
+	for _, d := range data {
+		got = append(got, d.(map[string]any)["value"].([]any)[1])
+	}
+	if got[1] != "-" || got[2] != "-" || got[0] != 1.0 || got[3] != 0.5 {
+		t.Fatalf("values %v, want [1 - - 0.5]", got)
+	}
+	title := o["title"].(map[string]any)["text"]
+	if title != "</script><script>alert(1)</script>" {
+		t.Fatalf("title %q", title)
+	}
+	for _, want := range []string{`id="c1"`, "window.echarts", "dispose", "echarts.init", "setOption", "placeholder"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("fragment lacks %q", want)
+		}
+	}
+	// A map option with NaN marshals with "-".
+	h = ChartHTML("c2", map[string]any{"series": []any{map[string]any{"data": []float64{1, math.NaN()}}}}, 100, "")
+	if !strings.Contains(h, `"data":[1,"-"]`) {
+		t.Fatalf("NaN not mapped: %s", h)
+	}
+	// An invalid (empty) option is reported, not drawn.
+	if h := ChartHTML("c3", "", 100, ""); !strings.Contains(h, "forge-chart-error") {
+		t.Fatalf("empty option drawn: %s", h)
+	}
+}
+
+func TestDownsample(t *testing.T) {
+	n := 100000
+	xs, ys := make([]float64, n), make([]float64, n)
+	for i := range xs {
+		xs[i], ys[i] = float64(i), math.Sin(float64(i)/1000)
+	}
+	ys[54321] = 100 // a spike survives
+	ox, oy := Downsample(xs, ys, MaxPoints)
+	if len(ox) > MaxPoints || len(ox) < MaxPoints-2 || len(oy) != len(ox) {
+		t.Fatalf("%d points", len(ox))
+	}
+	if ox[0] != 0 || ox[len(ox)-1] != float64(n-1) {
+		t.Fatalf("ends %v %v", ox[0], ox[len(ox)-1])
+	}
+	found := false
+	for i := range ox {
+		if oy[i] == 100 {
+			found = true
+		}
+		if i > 0 && ox[i] <= ox[i-1] {
+			t.Fatal("x not increasing")
+		}
+	}
+	if !found {
+		t.Fatal("spike lost")
+	}
+	if sx, _ := Downsample(xs[:10], ys[:10], MaxPoints); len(sx) != 10 {
+		t.Fatal("short series changed")
+	}
+	opt := LineOption("long", "step", "", false, Series{Name: "y", X: xs, Y: ys})
+	if c := strings.Count(opt, "],"); c > MaxPoints+10 {
+		t.Fatalf("option holds %d points", c)
+	}
+}
+
+func TestShowTensor(t *testing.T) {
+	resetLibrary()
+	x := forge.FromSlice([]float32{1, 2, float32(math.NaN()), 4, 5, 6}, 2, 3)
+	msgs := capture(t, func() { Show(x) })
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages", len(msgs))
+	}
+	h := htmlOf(t, msgs[0])
+	for _, want := range []string{"Tensor [2 3] float32 on cpu", "forge-values", "<td>5</td>", "nan", "forge-bad", "std"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("tensor HTML lacks %q:\n%s", want, h)
+		}
+	}
+	if strings.Contains(h, "forge-chart") {
+		t.Error("a plain Show drew a chart")
+	}
+	big := forge.Arange(0, 400, 1).Reshape(20, 20)
+	h = htmlOf(t, capture(t, func() { Show(big) })[0])
+	if !strings.Contains(h, "…") || !strings.Contains(h, "<td>399</td>") || strings.Contains(h, "<td>200</td>") {
+		t.Errorf("large tensor not summarised:\n%s", h)
+	}
+
+	// Heatmap: the library goes first, once per process.
+	msgs = capture(t, func() { ShowHeatmap(big); ShowHeatmap(x) })
+	if len(msgs) != 3 || !isLibrary(htmlOf(t, msgs[0])) {
+		t.Fatalf("%d messages; want the library then two charts", len(msgs))
+	}
+	lib := htmlOf(t, msgs[0])
+	if !strings.Contains(lib, "(function(define,module,exports){") || !strings.Contains(lib, "}).call(window);") {
+		t.Error("library not wrapped for require.js")
+	}
+	for _, m := range msgs[1:] {
+		if h := htmlOf(t, m); !strings.Contains(h, `"type":"heatmap"`) || !strings.Contains(h, "forge-chart") || isLibrary(h) {
+			t.Errorf("not a heatmap chart: %.300s", h)
+		}
+	}
+	msgs = capture(t, func() { ShowHistogram(big) })
+	if len(msgs) != 1 || !strings.Contains(htmlOf(t, msgs[0]), `"type":"bar"`) {
+		t.Fatalf("histogram: %d messages", len(msgs))
+	}
+	msgs = capture(t, func() { ShowHeatmap(forge.Arange(0, 3, 1)) })
+	if !strings.Contains(htmlOf(t, msgs[0]), "needs a 2-D tensor") {
+		t.Error("1-D heatmap not refused")
+	}
+}
+
+func tinyModel(t *testing.T) *gpt.Model {
+	cfg := gpt.DefaultConfig()
+	cfg.Vocab, cfg.Context, cfg.Dim, cfg.Layers, cfg.Heads = 64, 16, 16, 1, 2
+	m, err := gpt.New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestShowModule(t *testing.T) {
+	m := tinyModel(t)
+	h := htmlOf(t, capture(t, func() { Show(m) })[0])
+	total := 0
+	for _, p := range m.Params() {
+		total += p.Tensor.Numel()
+		if !strings.Contains(h, p.Name) {
+			t.Errorf("parameter %s missing", p.Name)
+		}
+	}
+	if !strings.Contains(h, commas(total)+" parameters") || !strings.Contains(h, "forge-params") || !strings.Contains(h, "%") {
+		t.Errorf("module HTML:\n%s", h)
+	}
+	txt := textMode(t, func() { Show(m) })
+	if !strings.Contains(txt, m.Params()[0].Name) {
+		t.Errorf("module text: %s", txt)
+	}
+}
+
+func testHistory() train.History {
+	var h train.History
+	for i := 1; i <= 30; i++ {
+		m := train.Metrics{Step: i, Loss: 5 - float64(i)/10, LR: 1e-3, GradNorm: 1, TokensPerSec: 1000, Tokens: int64(i * 64)}
+		if i%10 == 0 {
+			v := m.Loss + 0.1
+			m.ValLoss = &v
+		}
+		if i == 7 {
+			m.GradNorm = math.Inf(1)
+		}
+		h.Steps = append(h.Steps, m)
+	}
+	return h
+}
+
+func TestShowHistory(t *testing.T) {
+	h := testHistory()
+	resetLibrary()
+	for _, x := range []any{h, &h, &train.Trainer{History: h}} {
+		msgs := capture(t, func() { Show(x) })
+		if len(msgs) < 1 {
+			t.Fatalf("%T: no message", x)
+		}
+		page := htmlOf(t, msgs[len(msgs)-1])
+		for _, want := range []string{`"name":"loss"`, `"name":"val_loss"`, "learning rate", "grad norm", "tokens / s", "30 steps", "forge-chart"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("%T: history HTML lacks %q", x, want)
+			}
+		}
+		if strings.Contains(page, "NaN") || strings.Contains(page, "+Inf") {
+			t.Errorf("%T: non-finite value in the page", x)
+		}
+	}
+	txt := textMode(t, func() { Show(h) })
+	if !strings.Contains(txt, "30 steps: loss 4.9 → 2, val_loss 2.1") {
+		t.Errorf("history text: %q", txt)
+	}
+}
+
+func testReport() profile.Report {
+	return profile.Report{
+		Devices: []string{"cpu"}, Iterations: 1, Wall: 10 * time.Millisecond, Kernel: 8 * time.Millisecond,
+		Outside: 2 * time.Millisecond, KernelShare: 0.8, Calls: 3,
+		Rows: []profile.Row{
+			{Kernel: "matmul", Variant: "avx512", Shape: "[64 32]@[32 32]", Device: "cpu", Calls: 2, Total: 6 * time.Millisecond, Mean: 3 * time.Millisecond, Share: 0.75, GFLOPS: 12},
+			{Kernel: "softmax", Shape: "[4 16 16]", Device: "cpu", Calls: 1, Total: 2 * time.Millisecond, Mean: 2 * time.Millisecond, Share: 0.25, GBps: 3},
+		},
+	}
+}
+
+func TestShowReport(t *testing.T) {
+	r := testReport()
+	resetLibrary()
+	msgs := capture(t, func() { Show(r) })
+	if len(msgs) != 2 || !isLibrary(htmlOf(t, msgs[0])) {
+		t.Fatalf("%d messages", len(msgs))
+	}
+	h := htmlOf(t, msgs[1])
+	for _, want := range []string{"forge-sortable", "matmul (avx512)", "softmax", "75.0%", `"type":"bar"`, "kernel time", "addEventListener(\"click\""} {
+		if !strings.Contains(h, want) {
+			t.Errorf("report HTML lacks %q", want)
+		}
+	}
+	if txt := textMode(t, func() { Show(&r) }); !strings.Contains(txt, "matmul") {
+		t.Errorf("report text: %q", txt)
+	}
+}
+
+func TestShowTextAndTokens(t *testing.T) {
+	h := htmlOf(t, capture(t, func() { Show(Text("It is a truth <universally> acknowledged")) })[0])
+	if !strings.Contains(h, "It is a truth &lt;universally&gt; acknowledged") || !strings.Contains(h, "forge-text") {
+		t.Errorf("text HTML: %s", h)
+	}
+	tok := tokenizer.TrainChar("hello world\n")
+	h = htmlOf(t, capture(t, func() { ShowTokens(tok, "hello\nworld") })[0])
+	if c := strings.Count(h, "<span"); c != 11 {
+		t.Errorf("%d token spans, want 11", c)
+	}
+	if !strings.Contains(h, "background:") || !strings.Contains(h, "11 tokens") {
+		t.Errorf("tokens HTML: %s", h)
+	}
+	txt := textMode(t, func() { ShowTokens(tok, "hello") })
+	if !strings.Contains(txt, "h|e|l|l|o") {
+		t.Errorf("tokens text: %q", txt)
+	}
+	if txt := textMode(t, func() { Show(Text("sampled")) }); txt != "sampled\n" {
+		t.Errorf("text form %q", txt)
+	}
+}
+
+func TestTextForms(t *testing.T) {
+	x := forge.FromSlice([]float32{1, 2, 3, 4}, 2, 2)
+	txt := textMode(t, func() { Show(x); ShowHeatmap(x); ShowHistogram(x) })
+	if strings.Contains(txt, "<") || !strings.Contains(txt, "[2 2]") || !strings.Contains(txt, "│") {
+		t.Errorf("tensor text forms: %s", txt)
+	}
+	// Nothing reaches the pipe outside a notebook.
+	msgs := capture(t, func() {
+		textMode(t, func() { Show(x); Show(testHistory()); Show(testReport()) })
+	})
+	if len(msgs) != 0 {
+		t.Errorf("%d messages sent outside a notebook", len(msgs))
+	}
+	if txt := textMode(t, func() { Show(struct{ A int }{3}) }); txt != "{3}\n" {
+		t.Errorf("fallback %q", txt)
+	}
+}
+
+// testSession opens a tiny char-level run in a temp dir.
+func testSession(t *testing.T, dir string) *train.Session {
+	t.Helper()
+	c := train.DefaultConfig()
+	c.Name, c.Tokenizer = "nbtest", "char"
+	c.Model.Vocab, c.Model.Context, c.Model.Dim, c.Model.Layers, c.Model.Heads = 128, 16, 16, 1, 2
+	c.Batch, c.GradAccum, c.Steps, c.Warmup = 2, 1, 100, 2
+	c.EvalEvery, c.EvalBatches, c.SaveEvery = 4, 1, 0
+	s, err := open(dir, train.OpenOptions{Texts: []string{data.Austen()[:20000]}, Source: "test", NoCache: true}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// fakeClock advances by step on every reading.
+func fakeClock(step time.Duration) func() time.Time {
+	var n atomic.Int64
+	t0 := time.Unix(1_700_000_000, 0)
+	return func() time.Time { return t0.Add(time.Duration(n.Add(1)) * step) }
+}
+
+func TestTrainDashboard(t *testing.T) {
+	s := testSession(t, t.TempDir())
+	defer func(f func() time.Time) { now = f }(now)
+	now = fakeClock(300 * time.Millisecond) // ≈ 2 readings per step: one update every ~2 steps
+	resetLibrary()
+	const n = 12
+	var done int
+	var err error
+	msgs := capture(t, func() { done, err = trainCtx(context.Background(), s, n) })
+	if err != nil || done != n {
+		t.Fatalf("done %d, %v", done, err)
+	}
+	if !isLibrary(htmlOf(t, msgs[0])) {
+		t.Fatal("library not sent first")
+	}
+	ups := msgs[1:]
+	id := ups[0].DisplayID
+	if id == "" {
+		t.Fatal("dashboard has no display id")
+	}
+	for _, m := range ups {
+		if m.DisplayID != id {
+			t.Fatalf("display ids %q and %q", id, m.DisplayID)
+		}
+	}
+	// start + throttled + final: far fewer than one per step, more than two.
+	if len(ups) < 3 || len(ups) > n/2+2 {
+		t.Fatalf("%d updates for %d steps", len(ups), n)
+	}
+	first, final := htmlOf(t, ups[0]), htmlOf(t, ups[len(ups)-1])
+	if !strings.Contains(first, `data-state="starting"`) {
+		t.Errorf("first update: %.300s", first)
+	}
+	for _, want := range []string{`data-state="done"`, `data-step="12"`, "12/12 steps", "forge-loss", `"name":"val_loss"`, "width:100.0%", "tokens / s"} {
+		if !strings.Contains(final, want) {
+			t.Errorf("final dashboard lacks %q", want)
+		}
+	}
+	// The same chart ids in every update (redrawn in place).
+	ids := regexp.MustCompile(`id="(forge-loss-[^"]+)"`)
+	a, b := ids.FindStringSubmatch(htmlOf(t, ups[1])), ids.FindStringSubmatch(final)
+	if a == nil || b == nil || a[1] != b[1] {
+		t.Errorf("chart ids change between updates: %v %v", a, b)
+	}
+
+	// Outside a notebook: progress lines.
+	now = fakeClock(time.Second)
+	var txt string
+	txt = textMode(t, func() { _, err = trainCtx(context.Background(), s, 3) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(txt), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[4], "[done] 3/3 steps (step 15) loss ") {
+		t.Errorf("progress lines:\n%s", txt)
+	}
+}
+
+func TestTrainInterruptAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := testSession(t, dir)
+	defer func(f func() time.Time) { now = f }(now)
+	var calls atomic.Int64
+	base := fakeClock(10 * time.Millisecond)
+	now = func() time.Time {
+		if calls.Add(1) == 6 { // a few steps in, as GoNB's interrupt would
+			p, _ := os.FindProcess(os.Getpid())
+			p.Signal(os.Interrupt)
+		}
+		return base()
+	}
+	resetLibrary()
+	var err error
+	msgs := capture(t, func() { err = Train(s, 500) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := s.Trainer.StepCount()
+	if step == 0 || step >= 500 {
+		t.Fatalf("stopped at step %d", step)
+	}
+	final := htmlOf(t, msgs[len(msgs)-1])
+	if !strings.Contains(final, `data-state="interrupted"`) || !strings.Contains(final, "forge-chart") {
+		t.Fatalf("final dashboard: %.400s", final)
+	}
+	s.Close()
+	// The next cell reopens the run where it stopped.
+	t0 := time.Now()
+	s2, err := open(dir, train.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if s2.Trainer.StepCount() != step || len(s2.Trainer.History.Steps) != step || !s2.Resumed() {
+		t.Fatalf("reopened at step %d with %d history, want %d", s2.Trainer.StepCount(), len(s2.Trainer.History.Steps), step)
+	}
+	t.Logf("interrupted at step %d, reopened in %v", step, time.Since(t0))
+	if _, err := Open(filepath.Join(dir, "x"), train.Config{}, train.Config{}); err == nil {
+		t.Error("two configs accepted")
+	}
+}
