@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: setup run repl test test-fast bench check-darwin lint golden fuzz
+.PHONY: setup run repl test test-fast bench check-darwin lint golden fuzz notebook test-notebooks
 
 setup:
 	@scripts/setup.sh
@@ -63,3 +63,12 @@ golden:
 	/usr/bin/python3 tests/torch_golden.py
 	/usr/bin/python3 tests/torch_optim.py
 	/usr/bin/python3 tests/torch_train_step.py
+
+# The teaching notebooks (notebooks/, GoNB kernel): install Jupyter and the
+# kernel if missing and open Jupyter; or execute every notebook headlessly
+# with nbconvert and check its outputs (NB=notebooks/03-… runs just one).
+notebook:
+	@scripts/notebooks.sh open
+
+test-notebooks:
+	@scripts/notebooks.sh test $(NB)
