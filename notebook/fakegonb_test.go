@@ -29,6 +29,10 @@ type fakeGoNB struct {
 var (
 	gonb     *fakeGoNB
 	holdBack *os.File
+
+	ackMu   sync.Mutex
+	ackCond = sync.NewCond(&ackMu)
+	ackEnc  *gob.Encoder
 )
 
 func TestMain(m *testing.M) {
@@ -57,6 +61,27 @@ func TestMain(m *testing.M) {
 			if err := dec.Decode(&d); err != nil {
 				return
 			}
+			// Answer gonbui.Sync as GoNB does, and keep sync requests
+			// out of the recorded messages.
+			var cv *protocol.CommValue
+			switch v := d.Data[protocol.MIMECommValue].(type) {
+			case *protocol.CommValue:
+				cv = v
+			case protocol.CommValue:
+				cv = &v
+			}
+			if cv != nil && cv.Address == "#gonbui/sync" {
+				ackMu.Lock()
+				for ackEnc == nil {
+					ackCond.Wait()
+				}
+				err := ackEnc.Encode(&protocol.CommValue{Address: protocol.GonbuiSyncAckAddress, Value: cv.Value})
+				ackMu.Unlock()
+				if err != nil {
+					panic(err)
+				}
+				continue
+			}
 			gonb.mu.Lock()
 			gonb.msgs = append(gonb.msgs, d)
 			gonb.mu.Unlock()
@@ -71,7 +96,11 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			panic(err)
 		}
-		holdBack = f // held open, nothing is sent
+		ackMu.Lock()
+		holdBack = f // held open: sync acknowledgements go back through it
+		ackEnc = gob.NewEncoder(f)
+		ackCond.Broadcast()
+		ackMu.Unlock()
 	}()
 	gonbui.IsNotebook = true
 	code := m.Run()

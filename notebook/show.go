@@ -23,9 +23,15 @@ import (
 // out receives the text forms outside a notebook.
 var out io.Writer = os.Stdout
 
-func isNotebook() bool           { return gonbui.IsNotebook }
-func displayHTML(h string)       { gonbui.DisplayHTML(h) }
-func updateHTML(id, h string)    { gonbui.UpdateHTML(id, h) }
+func isNotebook() bool { return gonbui.IsNotebook }
+
+// displayHTML and updateHTML wait until GoNB has read what they sent
+// (gonbui.Sync): a cell's process may exit right after, and GoNB would
+// drop displays still in the pipe — those that follow the 1 MB echarts
+// library, or a dashboard's final state.
+func displayHTML(h string)    { gonbui.DisplayHTML(h); gonbui.Sync() }
+func updateHTML(id, h string) { gonbui.UpdateHTML(id, h); gonbui.Sync() }
+
 func newID(prefix string) string { return "forge-" + prefix + "-" + gonbui.UniqueId() }
 
 // Text is generated text (a model's sample); Show renders it as a
