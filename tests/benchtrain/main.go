@@ -24,14 +24,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
-	"time"
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
-	"github.com/forgeml/forge/forge/optim"
+	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/train"
 )
 
@@ -173,59 +171,15 @@ func runTorch(config string, threads, steps int) (torchResult, error) {
 	return res, nil
 }
 
-// profileStep times the phases of a few steps and the kernels in them.
+// profileStep records a few steps with forge/profile and prints where the
+// time goes: per phase, the top kernels, and the time outside kernels.
 func profileStep(tr *train.Trainer, stepMS float64) {
-	type agg struct {
-		calls int
-		d     time.Duration
-	}
-	kernels := map[string]*agg{}
-	var inKernels time.Duration
-	prev := forge.SetKernelObserver(func(k forge.KernelCall) {
-		key := k.Kernel
-		if k.Variant != "" {
-			key += " (" + k.Variant + ")"
-		}
-		a := kernels[key]
-		if a == nil {
-			a = &agg{}
-			kernels[key] = a
-		}
-		a.calls++
-		a.d += k.Duration
-		inKernels += k.Duration
-	})
 	const n = 5
-	var fwd, bwd, opt, total time.Duration
-	params := nn.Tensors(tr.Model)
-	B, T := tr.Config.Batch, tr.Config.Model.Context
-	for range n {
-		t0 := time.Now()
-		tr.Opt.ZeroGrad()
-		x, y := tr.Train.Next()
-		loss := tr.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
-		loss.Item()
-		t1 := time.Now()
-		loss.Backward()
-		t2 := time.Now()
-		optim.ClipGradNorm(params, tr.Config.GradClip)
-		tr.Opt.Step()
-		t3 := time.Now()
-		fwd, bwd, opt, total = fwd+t1.Sub(t0), bwd+t2.Sub(t1), opt+t3.Sub(t2), total+t3.Sub(t0)
-	}
-	forge.SetKernelObserver(prev)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / n }
-	fmt.Printf("  where forge's step goes (%d profiled steps, %.1f ms each with timing on; %.1f ms without):\n", n, ms(total), stepMS)
-	fmt.Printf("    forward %.1f ms, backward %.1f ms, clip + AdamW %.1f ms; in kernels %.1f ms, outside kernels %.1f ms\n",
-		ms(fwd), ms(bwd), ms(opt), ms(inKernels), ms(total-inKernels))
-	keys := make([]string, 0, len(kernels))
-	for k := range kernels {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return kernels[keys[i]].d > kernels[keys[j]].d })
-	for _, k := range keys[:min(8, len(keys))] {
-		a := kernels[k]
-		fmt.Printf("    %-36s %5d calls %8.1f ms %5.1f%%\n", k, a.calls/n, ms(a.d), 100*float64(a.d)/float64(total))
+	p := profile.RunN(n, func() { tr.Step() })
+	fmt.Printf("  where forge's step goes (%d profiled steps; %.1f ms a step without recording):\n", n, stepMS)
+	rep := p.Report(profile.ReportOptions{Group: profile.GroupName, Top: 8})
+	for _, line := range strings.Split(strings.TrimRight(rep.String(), "\n"), "\n") {
+		fmt.Println("    " + line)
 	}
 }
 
