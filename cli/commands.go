@@ -313,18 +313,12 @@ func cmdEval(e *env, args []string) error {
 		return err
 	}
 	defer val.Close()
-	cfg.EvalBatches = *batches
-	tr, err := train.NewTrainer(cfg, snap.Model, nil, func() (xs, ys [][]int32) {
-		for x, y := range val.Eval(*batches) {
-			xs, ys = append(xs, x), append(ys, y)
-		}
-		return
-	})
-	if err != nil {
-		return err
+	var xs, ys [][]int32
+	for x, y := range val.Eval(*batches) {
+		xs, ys = append(xs, x), append(ys, y)
 	}
 	start := time.Now()
-	loss, err := tr.Eval()
+	loss, err := train.Evaluate(snap.Model, cfg.Model.Context, xs, ys)
 	if err != nil {
 		return err
 	}

@@ -190,20 +190,31 @@ func (t *Trainer) Eval() (float64, error) {
 		return 0, errors.New("train: no validation data")
 	}
 	xs, ys := t.Val()
+	return Evaluate(t.Model, t.Config.Model.Context, xs, ys)
+}
+
+// Evaluate returns m's mean loss over batches of windows of context tokens
+// (xs[i] and ys[i] hold whole windows), with dropout off and no graph
+// recorded. It needs no optimizer: `forge eval` uses it on a loaded model.
+func Evaluate(m *gpt.Model, context int, xs, ys [][]int32) (float64, error) {
 	if len(xs) == 0 {
 		return 0, errors.New("train: the validation set is smaller than one batch")
 	}
-	was := t.Model.Training()
-	t.Model.SetTraining(false)
-	defer t.Model.SetTraining(was)
+	was := m.Training()
+	m.SetTraining(false)
+	defer m.SetTraining(was)
 	sum := 0.0
-	forge.NoGrad(func() {
-		for i := range xs {
-			T := t.Config.Model.Context
-			b := len(xs[i]) / T
-			sum += t.Model.Loss(forge.FromSlice(xs[i], b, T), forge.FromSlice(ys[i], b, T)).Item()
-		}
+	err := forge.Try(func() {
+		forge.NoGrad(func() {
+			for i := range xs {
+				b := len(xs[i]) / context
+				sum += m.Loss(forge.FromSlice(xs[i], b, context), forge.FromSlice(ys[i], b, context)).Item()
+			}
+		})
 	})
+	if err != nil {
+		return 0, err
+	}
 	return sum / float64(len(xs)), nil
 }
 

@@ -17,6 +17,7 @@ func init() {
 		"DataDir":       reflect.ValueOf(constant.MakeFromLiteral("\"data\"", token.STRING, 0)),
 		"DefaultConfig": reflect.ValueOf(train.DefaultConfig),
 		"ErrStop":       reflect.ValueOf(&train.ErrStop).Elem(),
+		"Evaluate":      reflect.ValueOf(train.Evaluate),
 		"Export":        reflect.ValueOf(train.Export),
 		"LatestFile":    reflect.ValueOf(constant.MakeFromLiteral("\"checkpoints/latest\"", token.STRING, 0)),
 		"Load":          reflect.ValueOf(train.Load),
