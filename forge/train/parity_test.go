@@ -3,6 +3,7 @@ package train
 import (
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/forgeml/forge/forge"
@@ -30,6 +31,25 @@ func hashInit(k int, n int, std float64) []float32 {
 	return out
 }
 
+// hashInitModel gives m's matrices the weights tests/torch_train_step.py
+// starts from (norm weights stay 1): std 0.02, the residual projections
+// 0.02/√(2L).
+func hashInitModel(m *gpt.Model) {
+	res := 0.02 / math.Sqrt(2*float64(m.Config.Layers))
+	forge.NoGrad(func() {
+		for k, p := range m.Params() {
+			if p.Tensor.Dim() == 1 {
+				continue
+			}
+			std := 0.02
+			if strings.HasSuffix(p.Name, "attn.wo.weight") || strings.HasSuffix(p.Name, "mlp.w_down.weight") {
+				std = res
+			}
+			p.Tensor.CopyFrom(forge.FromSlice(hashInit(k, p.Tensor.Numel(), std), p.Tensor.Shape()...))
+		}
+	})
+}
+
 // fixedBatch serves the same batch every step.
 type fixedBatch struct{ x, y []int32 }
 
@@ -55,19 +75,7 @@ func TestStepMatchesPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := 0.02 / math.Sqrt(2*float64(cfg.Model.Layers))
-	forge.NoGrad(func() {
-		for k, p := range m.Params() {
-			if p.Tensor.Dim() == 1 {
-				continue // norm weights start at 1
-			}
-			std := 0.02
-			if n := p.Name; len(n) > 14 && (n[len(n)-14:] == "attn.wo.weight" || n[len(n)-17:] == "mlp.w_down.weight") {
-				std = res
-			}
-			p.Tensor.CopyFrom(forge.FromSlice(hashInit(k, p.Tensor.Numel(), std), p.Tensor.Shape()...))
-		}
-	})
+	hashInitModel(m)
 	ints := func(name string) []int32 {
 		tt, _ := fx.Get(name)
 		v, err := tt.Int32s()
@@ -91,17 +99,18 @@ func TestStepMatchesPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Keep the gradients of the step: they are clipped in place, so read
-	// them through a hook that runs before the optimizer.
-	grads := map[string][]float32{}
-	saved := tr.beforeClip
-	tr.beforeClip = func() {
-		for _, p := range m.Params() {
-			grads[p.Name] = p.Tensor.Grad().Float32s()
-		}
-	}
-	defer func() { tr.beforeClip = saved }()
 	met := tr.Step()
+	// The gradients are clipped in place (by maxNorm/(norm+1e-6), as
+	// torch does); undo the scale to compare them with PyTorch's.
+	unclip := (met.GradNorm + 1e-6) / cfg.GradClip
+	grads := map[string][]float32{}
+	for _, p := range m.Params() {
+		g := p.Tensor.Grad().Float32s()
+		for i := range g {
+			g[i] = float32(float64(g[i]) * unclip)
+		}
+		grads[p.Name] = g
+	}
 
 	wantLoss, _ := strconv.ParseFloat(fx.Metadata["loss"], 64)
 	wantNorm, _ := strconv.ParseFloat(fx.Metadata["grad_norm"], 64)
@@ -143,15 +152,9 @@ func TestStepMatchesPyTorch(t *testing.T) {
 	// The optimizer alone: from the same initial weights, PyTorch's
 	// gradients through ClipGradNorm and AdamW must give PyTorch's weights.
 	m2, _ := gpt.New(cfg.Model, 1)
+	hashInitModel(m2)
 	forge.NoGrad(func() {
-		for k, p := range m2.Params() {
-			if p.Tensor.Dim() > 1 {
-				std := 0.02
-				if n := p.Name; len(n) > 14 && (n[len(n)-14:] == "attn.wo.weight" || n[len(n)-17:] == "mlp.w_down.weight") {
-					std = res
-				}
-				p.Tensor.CopyFrom(forge.FromSlice(hashInit(k, p.Tensor.Numel(), std), p.Tensor.Shape()...))
-			}
+		for _, p := range m2.Params() {
 			p.Tensor.SetGrad(forge.FromSlice(floats("grad."+p.Name), p.Tensor.Shape()...))
 		}
 	})

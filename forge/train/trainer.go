@@ -93,8 +93,6 @@ type Trainer struct {
 	params []*forge.Tensor
 	tokens int64
 	lrSet  *float64 // an lr the user fixed (SetLR), overriding the schedule
-
-	beforeClip func() // a test hook: sees the gradients before clipping
 }
 
 // NewTrainer returns a trainer at step 0 with a fresh optimizer.
@@ -153,9 +151,6 @@ func (t *Trainer) Step() Metrics {
 		}
 		l.Backward()
 		loss += l.Item()
-	}
-	if t.beforeClip != nil {
-		t.beforeClip()
 	}
 	var norm float64
 	if cfg.GradClip > 0 {
