@@ -230,17 +230,17 @@ func cmdGenerate(e *env, args []string) error {
 	}
 	ids := snap.Tokenizer.Encode(text)
 	fmt.Fprint(e.stdout, *prompt)
-	dec := newStreamDecoder(snap.Tokenizer)
 	start := time.Now()
 	out, err := snap.Model.Generate(ids, gpt.GenerateOptions{
 		MaxTokens: *n, Sampling: gpt.Sampling{Temperature: *temp, TopK: *topK, TopP: *topP},
 		Seed: *seed, NoCache: *noCache,
 		OnToken: func(id int) bool {
-			fmt.Fprint(e.stdout, dec.add(id))
+			// Decoding concatenates, so each token's bytes go out as they
+			// come (a character split across tokens completes with the next).
+			fmt.Fprint(e.stdout, snap.Tokenizer.Decode([]int{id}))
 			return true
 		},
 	})
-	fmt.Fprint(e.stdout, dec.flush())
 	fmt.Fprintln(e.stdout)
 	if err != nil {
 		return err
@@ -248,52 +248,6 @@ func cmdGenerate(e *env, args []string) error {
 	fmt.Fprintf(e.stderr, "%d tokens in %s (%.0f tokens/s), step %d of %s\n", len(out), time.Since(start).Round(time.Millisecond),
 		float64(len(out))/time.Since(start).Seconds(), snap.Step, *runDir)
 	return nil
-}
-
-// streamDecoder turns a token stream into text, holding back bytes that
-// do not yet form complete UTF-8 characters.
-type streamDecoder struct {
-	tok     tokenizer.Tokenizer
-	pending []int
-}
-
-func newStreamDecoder(t tokenizer.Tokenizer) *streamDecoder { return &streamDecoder{tok: t} }
-
-func (d *streamDecoder) add(id int) string {
-	d.pending = append(d.pending, id)
-	s := d.tok.Decode(d.pending)
-	if !strings.HasSuffix(s, "\uFFFD") && validUTF8Tail(s) || len(d.pending) > 8 {
-		d.pending = d.pending[:0]
-		return s
-	}
-	return ""
-}
-
-func (d *streamDecoder) flush() string {
-	s := d.tok.Decode(d.pending)
-	d.pending = nil
-	return s
-}
-
-func validUTF8Tail(s string) bool {
-	// A string whose last rune is incomplete ends in a byte that starts
-	// or continues a multi-byte sequence without finishing it.
-	for i := len(s) - 1; i >= 0 && i >= len(s)-4; i-- {
-		c := s[i]
-		if c < 0x80 {
-			return true
-		}
-		if c >= 0xC0 { // a lead byte: is its sequence complete?
-			need := 2
-			if c >= 0xF0 {
-				need = 4
-			} else if c >= 0xE0 {
-				need = 3
-			}
-			return len(s)-i >= need
-		}
-	}
-	return true
 }
 
 func cmdEval(e *env, args []string) error {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forgeml/forge/configs"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/termplot"
 )
 
 func configNames() []string { return configs.Names() }
@@ -83,7 +84,7 @@ func (p *progress) line(m train.Metrics, bar bool) string {
 	if p.val != nil {
 		fmt.Fprintf(&b, "  val %.4f", *p.val)
 	}
-	fmt.Fprintf(&b, "  lr %.2e  |g| %.2f  %s tok/s", m.LR, m.GradNorm, kilo(m.TokensPerSec))
+	fmt.Fprintf(&b, "  lr %.2e  |g| %.2f  %s tok/s", m.LR, m.GradNorm, termplot.Kilo(m.TokensPerSec))
 	if left := p.total - p.done; left > 0 {
 		eta := time.Duration(float64(time.Since(p.start)) / float64(p.done) * float64(left))
 		fmt.Fprintf(&b, "  ETA %s", eta.Round(time.Second))
@@ -95,11 +96,4 @@ func (p *progress) finish() {
 	if p.tty && !p.quiet && p.done > 0 {
 		fmt.Fprintln(p.w)
 	}
-}
-
-func kilo(v float64) string {
-	if v >= 1000 {
-		return fmt.Sprintf("%.1fk", v/1000)
-	}
-	return fmt.Sprintf("%.0f", v)
 }

@@ -147,7 +147,7 @@ func (s *Session) train(ctx context.Context, n int, stop train.Callback) error {
 	tokens := float64(done) * float64(r.Config.TokensPerStep())
 	last := recent[len(recent)-1]
 	fmt.Fprintf(s.stdout, "steps %d→%d in %s (%s tok/s): loss %.4f → %.4f, lr %.2e", first, r.Trainer.StepCount(),
-		el.Round(10*time.Millisecond), kilo(tokens/el.Seconds()), recent[0].Loss, last.Loss, last.LR)
+		el.Round(10*time.Millisecond), termplot.Kilo(tokens/el.Seconds()), recent[0].Loss, last.Loss, last.LR)
 	if last.ValLoss != nil {
 		fmt.Fprintf(s.stdout, ", val %.4f", *last.ValLoss)
 	}
@@ -167,16 +167,6 @@ func losses(h []train.Metrics) []float64 {
 		out[i] = m.Loss
 	}
 	return out
-}
-
-func kilo(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
 }
 
 // liveLine redraws one status line (at most 10 times a second) on a
@@ -206,7 +196,7 @@ func (l *liveLine) update(m train.Metrics) {
 	}
 	l.last = time.Now()
 	line := fmt.Sprintf("step %d (%d/%d)  loss %.4f  lr %.2e  %s tok/s  %s",
-		m.Step, l.done, l.total, m.Loss, m.LR, kilo(m.TokensPerSec), termplot.Sparkline(l.recent, 20))
+		m.Step, l.done, l.total, m.Loss, m.LR, termplot.Kilo(m.TokensPerSec), termplot.Sparkline(l.recent, 20))
 	w := l.s.width() - 1
 	if utf8.RuneCountInString(line) > w {
 		line = string([]rune(line)[:max(w, 0)])
@@ -260,7 +250,6 @@ func cmdSample(s *Session, ctx context.Context, args []string) error {
 	tok := s.run.Tokenizer
 	ids := tok.Encode(text)
 	fmt.Fprint(s.stdout, prompt)
-	var pending []int
 	count := 0
 	start := time.Now()
 	var out []int
@@ -269,17 +258,15 @@ func cmdSample(s *Session, ctx context.Context, args []string) error {
 			MaxTokens: n, Sampling: gpt.Sampling{Temperature: temp, TopK: topK, TopP: topP}, Seed: seed,
 			OnToken: func(id int) bool {
 				count++
-				pending = append(pending, id)
-				// Hold back bytes that do not make whole characters yet.
-				if t := tok.Decode(pending); !strings.HasSuffix(t, "\uFFFD") || len(pending) > 8 {
-					fmt.Fprint(s.stdout, t)
-					pending = pending[:0]
-				}
+				// Decoding concatenates: each token's bytes can go out as
+				// they come (a character split across tokens completes
+				// with the next write).
+				fmt.Fprint(s.stdout, tok.Decode([]int{id}))
 				return ctx.Err() == nil
 			},
 		})
 	})
-	fmt.Fprintln(s.stdout, tok.Decode(pending))
+	fmt.Fprintln(s.stdout)
 	if gerr != nil {
 		return gerr
 	}
@@ -288,6 +275,6 @@ func cmdSample(s *Session, ctx context.Context, args []string) error {
 	}
 	_ = out
 	el := time.Since(start)
-	fmt.Fprintf(s.stderr, "(%d tokens in %s, %s tok/s, seed %d)\n", count, el.Round(time.Millisecond), kilo(float64(count)/math.Max(el.Seconds(), 1e-9)), seed)
+	fmt.Fprintf(s.stderr, "(%d tokens in %s, %s tok/s, seed %d)\n", count, el.Round(time.Millisecond), termplot.Kilo(float64(count)/math.Max(el.Seconds(), 1e-9)), seed)
 	return nil
 }

@@ -19,7 +19,9 @@ type Tokenizer interface {
 	// string is accepted, including invalid UTF-8.
 	Encode(text string) []int
 	// Decode returns the text of ids; Decode(Encode(s)) == s for every
-	// s. Ids outside the vocabulary come out as U+FFFD.
+	// s. Ids outside the vocabulary come out as U+FFFD. Decoding
+	// concatenates — Decode(a ++ b) == Decode(a) + Decode(b) — so a
+	// stream of tokens can be written out one token at a time.
 	Decode(ids []int) string
 	// VocabSize returns the number of distinct ids.
 	VocabSize() int

@@ -3,6 +3,7 @@
 package termplot
 
 import (
+	"fmt"
 	"math"
 	"strings"
 )
@@ -56,4 +57,15 @@ func Sparkline(v []float64, width int) string {
 		}
 	}
 	return sb.String()
+}
+
+// Kilo formats a rate compactly: 950, 12.3k, 1.25M.
+func Kilo(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
 }

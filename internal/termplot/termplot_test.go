@@ -33,3 +33,11 @@ func TestSparkline(t *testing.T) {
 		t.Errorf("1000 points in width 40 gave %d bars", n)
 	}
 }
+
+func TestKilo(t *testing.T) {
+	for v, want := range map[float64]string{950: "950", 12345: "12.3k", 1.25e6: "1.25M"} {
+		if got := Kilo(v); got != want {
+			t.Errorf("Kilo(%g) = %q, want %q", v, got, want)
+		}
+	}
+}
