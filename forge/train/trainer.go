@@ -170,10 +170,6 @@ func (t *Trainer) Step() Metrics {
 		TokensPerSec: float64(n) / el.Seconds(), StepMS: float64(el.Microseconds()) / 1e3,
 		Tokens: t.tokens, Skipped: skipped, Time: time.Now().UTC().Format(time.RFC3339),
 	}
-	if skipped {
-		// The step count does not move; keep records distinct anyway.
-		m.Step = t.StepCount()
-	}
 	t.History.Steps = append(t.History.Steps, m)
 	return m
 }
