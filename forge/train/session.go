@@ -463,10 +463,11 @@ func prepare(texts []string, source string, cfg Config, dir string, log io.Write
 		fmt.Fprintf(h, "%d:", len(t))
 		io.WriteString(h, t)
 	}
-	key := fmt.Sprintf("%s-%s%d-val%g", hex.EncodeToString(h.Sum(nil))[:16], cfg.Tokenizer, cfg.Model.Vocab, cfg.ValFraction)
+	kind := fmt.Sprintf("bpe%d", cfg.Model.Vocab)
 	if cfg.Tokenizer == "char" {
-		key = fmt.Sprintf("%s-char-val%g", hex.EncodeToString(h.Sum(nil))[:16], cfg.ValFraction)
+		kind = "char" // its vocabulary comes from the text
 	}
+	key := fmt.Sprintf("%s-%s-val%g", hex.EncodeToString(h.Sum(nil))[:16], kind, cfg.ValFraction)
 	cache := ""
 	if useCache {
 		cache = cacheDir(key)
