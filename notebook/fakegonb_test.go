@@ -36,6 +36,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(cellEnv); spec != "" {
+		os.Exit(runCell(spec)) // a cell process of TestCellsAsProcesses
+	}
 	dir, err := os.MkdirTemp("", "forge-notebook-test-")
 	if err != nil {
 		panic(err)
