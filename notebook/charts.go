@@ -1,8 +1,10 @@
 package notebook
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/go-echarts/go-echarts/v2/charts"
 	"github.com/go-echarts/go-echarts/v2/opts"
@@ -125,6 +127,19 @@ func HistogramOption(title string, values []float64, bins int) string {
 // matrices are averaged over blocks.
 const maxHeatmapSide = 128
 
+// round4 rounds v to 4 significant digits: a heatmap cell's colour cannot
+// show more, and the shorter numbers keep a 128×128 map's HTML small.
+func round4(v float64) float64 {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+	if err != nil {
+		return v
+	}
+	return r
+}
+
 // HeatmapOption builds a heatmap of a rows×cols matrix (row-major values).
 // Larger matrices are reduced by block means to at most 128×128 cells;
 // non-finite cells are drawn empty.
@@ -144,7 +159,7 @@ func HeatmapOption(title string, rows, cols int, values []float64) string {
 		}
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
-	data := make([]opts.HeatMapData, 0, rs*cs)
+	data := make([][]any, 0, rs*cs)
 	for r := 0; r < rs; r++ {
 		for c := 0; c < cs; c++ {
 			v := cells[r*cs+c] / float64(max(counts[r*cs+c], 1))
@@ -152,7 +167,7 @@ func HeatmapOption(title string, rows, cols int, values []float64) string {
 				lo, hi = math.Min(lo, v), math.Max(hi, v)
 			}
 			// y index 0 at the top: rows read downwards like the matrix.
-			data = append(data, opts.HeatMapData{Value: []any{c, r, Value(v)}})
+			data = append(data, []any{c, r, Value(round4(v))})
 		}
 	}
 	if lo > hi {
@@ -181,6 +196,30 @@ func HeatmapOption(title string, rows, cols int, values []float64) string {
 		charts.WithAnimation(false),
 	)
 	hm.SetXAxis(xs)
-	hm.AddSeries(title, data)
-	return hm.RenderSnippet().Option
+	hm.AddSeries(title, nil)
+	return withSeriesData(hm.RenderSnippet().Option, data)
+}
+
+// withSeriesData puts rows as the first series' data in option, written
+// as bare [x, y, value] arrays: go-echarts wraps each in {"value": …},
+// which for a 128×128 heatmap is a third of the page.
+func withSeriesData(option string, rows [][]any) string {
+	var o map[string]any
+	if err := json.Unmarshal([]byte(option), &o); err != nil {
+		return option
+	}
+	series, _ := o["series"].([]any)
+	if len(series) == 0 {
+		return option
+	}
+	first, _ := series[0].(map[string]any)
+	if first == nil {
+		return option
+	}
+	first["data"] = rows
+	b, err := json.Marshal(o)
+	if err != nil {
+		return option
+	}
+	return string(b)
 }

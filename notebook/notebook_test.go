@@ -413,3 +413,50 @@ func TestTrainInterruptAndReopen(t *testing.T) {
 		t.Error("two configs accepted")
 	}
 }
+
+func TestHeatmapOption(t *testing.T) {
+	// 256×130: rows halve (2 per cell), columns map 130 → 128 cells.
+	rows, cols := 256, 130
+	v := make([]float64, rows*cols)
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			v[r*cols+c] = float64(r) + 1e-3*float64(c)
+		}
+	}
+	v[5*cols+7] = math.NaN() // cell (row 2, col 6 or 7) becomes a gap
+	var o struct {
+		Series []struct {
+			Data [][3]any `json:"data"`
+		} `json:"series"`
+	}
+	opt := HeatmapOption("w", rows, cols, v)
+	if err := json.Unmarshal([]byte(opt), &o); err != nil {
+		t.Fatal(err)
+	}
+	d := o.Series[0].Data
+	if len(d) != 128*128 {
+		t.Fatalf("%d cells, want 128×128", len(d))
+	}
+	gaps := 0
+	for _, cell := range d {
+		x, y := int(cell[0].(float64)), int(cell[1].(float64))
+		if s, ok := cell[2].(string); ok && s == "-" {
+			gaps++
+			continue
+		}
+		got := cell[2].(float64)
+		// the block of rows 2y, 2y+1: mean row 2y+0.5; columns ≈ x.
+		if want := float64(2*y) + 0.5; math.Abs(got-want) > 0.01*want+0.2 {
+			t.Fatalf("cell (%d,%d) = %v, want ≈ %v", x, y, got, want)
+		}
+	}
+	if gaps != 1 {
+		t.Errorf("%d gaps, want the one cell holding the NaN", gaps)
+	}
+	if n := len(opt); n > 300_000 {
+		t.Errorf("128×128 heatmap option is %d bytes; keep it under 300 kB", n)
+	}
+	if !strings.Contains(opt, "block means, 128×128 cells") {
+		t.Error("title does not say the matrix was reduced")
+	}
+}
