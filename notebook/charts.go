@@ -223,3 +223,65 @@ func withSeriesData(option string, rows [][]any) string {
 	}
 	return string(b)
 }
+
+// RooflinePoint is one kernel on a roofline chart.
+type RooflinePoint struct {
+	Label     string
+	Intensity float64 // FLOPs per byte
+	GFLOPS    float64 // achieved
+	Share     float64 // of the kernel time: sets the marker size
+}
+
+// RooflineOption builds a log-log roofline: the attainable rate
+// min(peakGFLOPS, intensity × peakGBps) as a line, and each kernel as a
+// point at its arithmetic intensity and achieved GFLOP/s, sized by its
+// share of the time. Points without FLOPs or bytes have no place on a
+// log axis and are left out (the caller says how many).
+func RooflineOption(title string, peakGFLOPS, peakGBps float64, points []RooflinePoint) string {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	var pts []RooflinePoint
+	for _, p := range points {
+		if p.Intensity > 0 && p.GFLOPS > 0 && !math.IsInf(p.Intensity, 0) && !math.IsNaN(p.GFLOPS) {
+			pts = append(pts, p)
+			lo, hi = math.Min(lo, p.Intensity), math.Max(hi, p.Intensity)
+		}
+	}
+	ridge := peakGFLOPS / peakGBps
+	lo, hi = math.Min(lo, ridge), math.Max(hi, ridge)
+	if math.IsInf(lo, 0) || !(ridge > 0) {
+		lo, hi = 0.1, 100
+	}
+	lo, hi = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
+
+	sc := charts.NewScatter()
+	sc.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "item"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "22"}),
+		charts.WithGridOpts(opts.Grid{Left: "60", Right: "30", Top: "50", Bottom: "45"}),
+		charts.WithXAxisOpts(opts.XAxis{Type: "log", Name: "FLOP per byte", NameLocation: "middle", NameGap: 25, Min: lo, Max: hi}),
+		charts.WithYAxisOpts(opts.YAxis{Type: "log", Name: "GFLOP/s"}),
+		charts.WithAnimation(false),
+	)
+	data := make([]opts.ScatterData, len(pts))
+	for i, p := range pts {
+		data[i] = opts.ScatterData{Name: p.Label, Value: []any{p.Intensity, p.GFLOPS},
+			SymbolSize: int(math.Round(6 + 30*math.Sqrt(math.Max(p.Share, 0))))}
+	}
+	sc.AddSeries("kernels", data)
+
+	// The roof: a slope up to the ridge point, flat after it.
+	roof := charts.NewLine()
+	xs := []float64{lo, ridge, hi}
+	rd := make([]opts.LineData, 0, 3)
+	for _, x := range xs {
+		if x >= lo && x <= hi {
+			rd = append(rd, opts.LineData{Value: []any{x, math.Min(peakGFLOPS, x*peakGBps)}})
+		}
+	}
+	roof.AddSeries(fmt.Sprintf("roof (%.0f GFLOP/s, %.0f GB/s)", peakGFLOPS, peakGBps), rd,
+		charts.WithLineChartOpts(opts.LineChart{ShowSymbol: opts.Bool(false)}),
+		charts.WithLineStyleOpts(opts.LineStyle{Color: "#868e96", Type: "dashed", Width: 2}))
+	sc.Overlap(roof)
+	return sc.RenderSnippet().Option
+}

@@ -6,7 +6,8 @@
 // draw charts), a module or *gpt.Model (parameter table with counts and
 // shares), a *train.Session, *train.Trainer or train.History (loss and
 // val_loss, lr, grad norm and tokens/s curves), a profile.Report (a
-// sortable table and a bar chart of kernel time), generated Text, and
+// sortable table, a bar chart of kernel time and, with a Peak, a log-log
+// roofline chart), generated Text, and
 // ShowTokens(tok, text) colours a text's tokens. Outside GoNB each prints
 // its text form to stdout, so the same code runs in a terminal or a test.
 //

@@ -525,6 +525,29 @@ func reportHTML(r *profile.Report) string {
 	if len(rows) > 0 {
 		chart = ChartHTML(newID("profile"), BarOption("kernel time per iteration", "ms", labels, ms), max(160, 60+18*len(rows)), r.String())
 	}
+	if pk := r.Peak; pk != nil && pk.GFLOPS > 0 && pk.GBps > 0 {
+		var pts []RooflinePoint
+		left := 0
+		for _, row := range r.Rows {
+			if row.Device != pk.Device || row.FLOPs <= 0 || row.Bytes <= 0 || row.Total <= 0 {
+				left++
+				continue
+			}
+			label := row.Label()
+			if row.Shape != "" {
+				label += " " + row.Shape
+			}
+			pts = append(pts, RooflinePoint{Label: label, Intensity: row.Intensity, GFLOPS: row.GFLOPS, Share: row.Share})
+		}
+		if len(pts) > 0 {
+			t := fmt.Sprintf("roofline on %s (%s)", pk.Device, pk.CPU)
+			if left > 0 {
+				t += fmt.Sprintf(", %d rows without FLOPs not placed", left)
+			}
+			chart += ChartHTML(newID("roofline"), RooflineOption(t, pk.GFLOPS, pk.GBps, pts), 380,
+				fmt.Sprintf("roofline: peak %.0f GFLOP/s, %.0f GB/s (runs in a trusted notebook)", pk.GFLOPS, pk.GBps))
+		}
+	}
 	title := fmt.Sprintf("Profile: wall %s per iteration, kernels %s (%.0f%%), outside kernels %s, %.0f calls",
 		dur(r.Wall), dur(r.Kernel), 100*r.KernelShare, dur(r.Outside), r.Calls)
 	return box(title, b.String()+sortScript+chart)
