@@ -16,7 +16,9 @@ repl: run
 # package's tests on the CPU backend, the backend suite again with the
 # pure-Go matmul (no BLAS), 200 steps of the tiny model through the REPL
 # against forge train, a few seconds of every fuzz target, and a
-# one-round smoke run of the benchmark tool so it cannot rot.
+# one-round smoke run of the benchmark tool so it cannot rot, and the
+# teaching notebooks executed by the real GoNB kernel (installs Jupyter,
+# the kernel and Chromium when missing).
 test: lint check-darwin
 	@scripts/setup.sh test
 	$(GO) test ./...
@@ -25,6 +27,7 @@ test: lint check-darwin
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
 	$(GO) run ./tests/benchtrain -quick >/dev/null
+	@scripts/notebooks.sh test
 
 # Every parser of untrusted files under the fuzzer (FUZZTIME each; the
 # corpus found so far lives in testdata/fuzz of each package).
