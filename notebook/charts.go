@@ -61,6 +61,7 @@ func BarOption(title, valueName string, labels []string, values []float64) strin
 	bar.SetGlobalOptions(
 		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(false)}), // one series: the axis names it
 		charts.WithGridOpts(opts.Grid{Left: "8", Right: "40", Top: "40", Bottom: "30", ContainLabel: opts.Bool(true)}),
 		charts.WithXAxisOpts(opts.XAxis{Type: "value", Name: valueName, NameLocation: "middle", NameGap: 22}),
 		charts.WithYAxisOpts(opts.YAxis{Type: "category", Data: rev, AxisLabel: &opts.AxisLabel{Width: 220, Overflow: "truncate"}}),

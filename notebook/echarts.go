@@ -94,9 +94,14 @@ function draw() {
   var chart = window.echarts.init(el, null, {renderer: "canvas"});
   chart.setOption(option);
   reg[id] = chart;
+  // Follow the element's size: a chart drawn before the page's layout
+  // settled (a static HTML export, a dashboard row still filling in)
+  // or in a resized window redraws at its real width.
+  var resize = function(){ var c = reg[id]; if (c && !c.isDisposed()) { c.resize(); } };
   if (!el.__forgeResize) {
     el.__forgeResize = true;
-    window.addEventListener("resize", function(){ if (!chart.isDisposed()) { chart.resize(); } });
+    if (window.ResizeObserver) { new ResizeObserver(resize).observe(el); }
+    else { window.addEventListener("resize", resize); }
   }
 }
 draw();

@@ -252,7 +252,7 @@ func TestShowReport(t *testing.T) {
 	r.Peak = &profile.Roofline{Device: "cpu", CPU: "test cpu", GFLOPS: 200, GBps: 40}
 	r.Rows[0].FLOPs, r.Rows[0].Bytes, r.Rows[0].Intensity = 72e6, 3e6, 24
 	h = htmlOf(t, capture(t, func() { Show(r) })[0])
-	for _, want := range []string{"roofline on cpu (test cpu), 1 rows without FLOPs not placed", `"type":"scatter"`, `"name":"matmul (avx512) [64 32]@[32 32]"`, `"value":[24,12]`, `"value":[5,200]`, "roof (200 GFLOP/s, 40 GB/s)"} {
+	for _, want := range []string{"roofline on cpu (test cpu), 1 row without FLOPs not placed", `"type":"scatter"`, `"name":"matmul (avx512) [64 32]@[32 32]"`, `"value":[24,12]`, `"value":[5,200]`, "roof (200 GFLOP/s, 40 GB/s)"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("roofline lacks %q", want)
 		}

@@ -542,7 +542,7 @@ func reportHTML(r *profile.Report) string {
 		if len(pts) > 0 {
 			t := fmt.Sprintf("roofline on %s (%s)", pk.Device, pk.CPU)
 			if left > 0 {
-				t += fmt.Sprintf(", %d rows without FLOPs not placed", left)
+				t += fmt.Sprintf(", %d %s without FLOPs not placed", left, plural(left, "row", "rows"))
 			}
 			chart += ChartHTML(newID("roofline"), RooflineOption(t, pk.GFLOPS, pk.GBps, pts), 380,
 				fmt.Sprintf("roofline: peak %.0f GFLOP/s, %.0f GB/s (runs in a trusted notebook)", pk.GFLOPS, pk.GBps))
@@ -589,4 +589,12 @@ func tokensRender(tok tokenizer.Tokenizer, text string) (string, string) {
 	tb.WriteString(strings.Join(idStrs, " "))
 	title := fmt.Sprintf("%s tokenizer (vocabulary %d): %d tokens for %d characters", tok.Kind(), tok.VocabSize(), len(ids), len([]rune(text)))
 	return box(title, b.String()), tb.String()
+}
+
+// plural picks the singular or plural noun for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
