@@ -1,0 +1,162 @@
+// Package driver is the seam between Forge's Metal backend and whatever
+// runs its kernels: the GPU through Metal.framework (package metal, darwin
+// only) or the emulator that runs the same MSL sources on the CPU (package
+// metal/emu). Everything above the seam — which kernel, grid and
+// threadgroup sizes, buffer bindings, the buffer pool, the pipeline cache,
+// batching many kernels into one command buffer — lives in package metal
+// and is shared by both drivers.
+//
+// The seam is deliberately narrow: buffers in memory the host can read and
+// write (Apple silicon has unified memory, the emulator uses host memory),
+// pipelines looked up by kernel name and function constants, and command
+// buffers that encode dispatches and complete asynchronously.
+package driver
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Buffer is a block of device memory the host can address directly
+// (MTLStorageModeShared on Apple silicon).
+type Buffer interface {
+	// Bytes is the buffer's memory, len == Size. The host may read or write
+	// it only while no command buffer that uses the buffer is in flight.
+	Bytes() []byte
+	// Size is the buffer's length in bytes.
+	Size() int
+	// Release frees the buffer. It must not be used afterwards, and must
+	// not be released while a command buffer that uses it is in flight.
+	Release()
+}
+
+// ConstType is the type of a function constant.
+type ConstType uint8
+
+const (
+	Bool ConstType = iota
+	Int32
+	UInt32
+	Float32
+)
+
+func (t ConstType) String() string {
+	switch t {
+	case Bool:
+		return "bool"
+	case Int32:
+		return "int"
+	case UInt32:
+		return "uint"
+	case Float32:
+		return "float"
+	}
+	return fmt.Sprintf("const(%d)", uint8(t))
+}
+
+// Constant is the value of the function constant declared with
+// [[function_constant(Index)]]. Bits holds the value's bit pattern
+// (0 or 1 for Bool, the two's-complement or IEEE bits otherwise).
+type Constant struct {
+	Index int
+	Type  ConstType
+	Bits  uint32
+}
+
+// PipelineKey names one specialisation of a kernel: the kernel function's
+// name (its [[host_name]] for template instances) and the values of its
+// function constants, in ascending Index order.
+type PipelineKey struct {
+	Kernel    string
+	Constants []Constant
+}
+
+// String is the key's canonical text, used as a cache key:
+// "kernel" or "kernel[0:bool=1,2:uint=64]".
+func (k PipelineKey) String() string {
+	if len(k.Constants) == 0 {
+		return k.Kernel
+	}
+	var b strings.Builder
+	b.WriteString(k.Kernel)
+	b.WriteByte('[')
+	for i, c := range k.Constants {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d:%s=%d", c.Index, c.Type, c.Bits)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// Pipeline is a compiled kernel specialisation.
+type Pipeline interface {
+	Key() PipelineKey
+	// MaxThreads is the largest threadgroup the pipeline can run
+	// (maxTotalThreadsPerThreadgroup).
+	MaxThreads() int
+	// SIMDWidth is the SIMD-group width (threadExecutionWidth): 32 on
+	// Apple GPUs and in the emulator.
+	SIMDWidth() int
+}
+
+// Arg is one kernel argument, bound at [[buffer(i)]] for the i-th Arg of a
+// Dispatch: either a buffer at a byte offset (Buf != nil) or a small block
+// of bytes copied at encode time (setBytes: a constant struct or scalar).
+type Arg struct {
+	Buf    Buffer
+	Offset int
+	Bytes  []byte
+}
+
+// Dispatch is one kernel launch with dispatchThreadgroups semantics:
+// Groups threadgroups of Threads threads each.
+type Dispatch struct {
+	Pipeline Pipeline
+	Args     []Arg
+	Groups   [3]int
+	Threads  [3]int
+	// Label names the launch in errors and GPU captures (optional).
+	Label string
+}
+
+// CommandBuffer collects dispatches and runs them in order after Commit.
+// Dispatches in one command buffer run in encoding order, each seeing the
+// memory effects of the ones before it (serial compute encoder).
+type CommandBuffer interface {
+	// Encode appends a dispatch. Bytes arguments are copied; buffer
+	// arguments are referenced and must stay alive until completion.
+	Encode(d Dispatch)
+	// Commit submits the command buffer; Encode may not be called after.
+	Commit()
+	// Wait blocks until the command buffer completed and returns its error
+	// (a GPU fault, an emulated kernel's crash), naming the failing
+	// dispatch's label where the driver knows it.
+	Wait() error
+	// Done reports, without blocking, whether the command buffer completed.
+	Done() bool
+	// GPUTime is the span the device spent executing the command buffer
+	// (GPUStartTime to GPUEndTime); valid after Wait.
+	GPUTime() time.Duration
+}
+
+// Driver runs kernels. Implementations are safe for use by one goroutine
+// at a time (the backend serialises access).
+type Driver interface {
+	// Name is the backend name the driver serves: "metal" or "metal-emu".
+	Name() string
+	// Device describes the device, e.g. "Apple M3 Max" or
+	// "metal-emu (clang 19.1.7, 2 threads)".
+	Device() string
+	// NewBuffer allocates size bytes of zeroed shared memory.
+	NewBuffer(size int) (Buffer, error)
+	// Pipeline compiles (or finds) the specialisation named by key. A
+	// compile error names the source file and line.
+	Pipeline(key PipelineKey) (Pipeline, error)
+	// NewCommandBuffer starts a command buffer.
+	NewCommandBuffer() CommandBuffer
+	// Close releases the driver's resources.
+	Close() error
+}
