@@ -44,6 +44,8 @@ func WithPhase(p Phase, fn func()) {
 }
 
 // KernelCall describes one kernel launch, as reported to a KernelObserver.
+// Duration is the wall time of the call, or on a backend.KernelTimer the
+// device time of the kernels it ran.
 type KernelCall struct {
 	Kernel   string    // kernel name, e.g. "matmul", "unary.exp", "attention.backward"
 	Variant  string    // the path that ran where the backend has several, e.g. "openblas"
@@ -64,8 +66,9 @@ var observer atomic.Pointer[KernelObserver]
 
 // SetKernelObserver installs obs (nil removes it) and returns the previous
 // observer. While an observer is installed, every kernel is timed (on the
-// CPU, wall time of the call; a GPU backend reports device time) and
-// reported after it completes.
+// CPU, wall time of the call; on a backend.KernelTimer such as Metal,
+// device time, with each kernel submitted and waited for on its own, so
+// batching is off while profiling) and reported after it completes.
 func SetKernelObserver(obs KernelObserver) KernelObserver {
 	var p *KernelObserver
 	if obs != nil {
@@ -104,9 +107,23 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	if vn, ok := d.b.(backend.VariantNamer); ok {
 		variant = vn.Variant(k.name)
 	}
-	start := time.Now()
-	fn(d.b)
-	dur := time.Since(start)
+	var start time.Time
+	var dur time.Duration
+	if kt, ok := d.b.(backend.KernelTimer); ok {
+		// A GPU queues kernels: finish what is queued, then time this
+		// call's kernels on the device, one at a time.
+		d.b.Sync()
+		start = time.Now()
+		var timed bool
+		dur, timed = kt.TimeKernels(func() { fn(d.b) })
+		if !timed {
+			dur = time.Since(start)
+		}
+	} else {
+		start = time.Now()
+		fn(d.b)
+		dur = time.Since(start)
+	}
 	runtime.KeepAlive(fn)
 	(*obs)(KernelCall{
 		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // DType is the element type of a buffer.
@@ -402,6 +403,22 @@ type RowStridedAttention interface {
 // paths (e.g. BLAS or pure-Go matmul); the profiler records the path.
 type VariantNamer interface {
 	Variant(kernel string) string
+}
+
+// KernelTimer is implemented by backends that run kernels asynchronously
+// on a device with its own clock (Metal), where the host's wall time of a
+// kernel call measures only its encoding. The dispatch point of package
+// forge uses it while a KernelObserver is installed: per-kernel timing is
+// on exactly for the duration of each observed launch, and off (kernels
+// batched, nothing waited for) otherwise.
+type KernelTimer interface {
+	// TimeKernels runs launch, which makes one kernel call (it may run
+	// several device kernels), with per-kernel timing on: work queued
+	// before is finished first and not counted, and each kernel launch
+	// runs is submitted on its own and waited for. It returns the device
+	// time of the kernels launch ran, summed. If ok is false the device
+	// could not time them and the caller measures wall time instead.
+	TimeKernels(launch func()) (d time.Duration, ok bool)
 }
 
 // ErrNotImplemented is the panic value of an unimplemented kernel.

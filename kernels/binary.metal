@@ -1,0 +1,119 @@
+// binary.metal — Backend.Binary (dst = a op b, a and b broadcast to dst's
+// shape by stride-0 dimensions), float32, and Backend.Where (dst = cond ≠ 0
+// ? a : b) over 32-bit data.
+//
+// Function constants:
+//   0 binary_op       (uint): binary_f32: the backend.BinaryOp value
+//                             (Add = 0 … Ge = 12); each op is its own
+//                             pipeline.
+//   1 binary_flat     (bool): every view is one run (ndim == 1 after
+//                             coalescing): element i is at i·stride (a
+//                             contiguous view has stride 1, a broadcast
+//                             scalar 0), no index decomposition.
+//   2 where_cond_int  (bool): where_x32: cond holds int32 (else float32;
+//                             −0 counts as zero, NaN as non-zero).
+#include <metal_stdlib>
+using namespace metal;
+
+enum : uint { BINARY_MAX_DIMS = 8 };
+
+// The op numbers of backend.BinaryOp.
+enum : uint {
+    B_ADD = 0, B_SUB = 1, B_MUL = 2, B_DIV = 3, B_POW = 4, B_MAXIMUM = 5,
+    B_MINIMUM = 6, B_EQ = 7, B_NE = 8, B_LT = 9, B_LE = 10, B_GT = 11, B_GE = 12
+};
+
+// BinaryParams describes up to four views of one shape (coalesced by the Go
+// side): view v's element i (row-major) is at Σ_d idx_d·strides[v][d] from
+// its bound buffer offset. Binary binds (dst, a, b); Where (dst, cond, a, b).
+struct BinaryParams {
+    uint n;                                 // number of elements
+    uint ndim;                              // 1 … BINARY_MAX_DIMS
+    uint shape[BINARY_MAX_DIMS];
+    int strides[4][BINARY_MAX_DIMS];
+};
+
+constant uint binary_op [[function_constant(0)]];
+constant bool binary_flat [[function_constant(1)]];
+constant bool where_cond_int [[function_constant(2)]];
+
+// binary_pow is a^b with the sign of a negative base raised to an integer
+// power, and a^0 = 1 (even for NaN), as math.Pow.
+static inline float binary_pow(float a, float b) {
+    if (b == 0.0f) {
+        return 1.0f;
+    }
+    if (b == 1.0f) {
+        return a;
+    }
+    if (b == 2.0f) {
+        return a * a;
+    }
+    if (a < 0.0f && b == trunc(b)) {
+        float r = pow(-a, b);
+        return fmod(fabs(b), 2.0f) == 1.0f ? -r : r;
+    }
+    return pow(a, b);
+}
+
+static inline float binary_apply(float a, float b) {
+    switch (binary_op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_POW: return binary_pow(a, b);
+    // Maximum and Minimum propagate NaN (Go's max and min, PyTorch).
+    case B_MAXIMUM: return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
+    case B_MINIMUM: return isnan(a) ? a : (isnan(b) ? b : (a < b ? a : b));
+    case B_EQ: return a == b ? 1.0f : 0.0f;
+    case B_NE: return a != b ? 1.0f : 0.0f;
+    case B_LT: return a < b ? 1.0f : 0.0f;
+    case B_LE: return a <= b ? 1.0f : 0.0f;
+    case B_GT: return a > b ? 1.0f : 0.0f;
+    case B_GE: return a >= b ? 1.0f : 0.0f;
+    default: return 0.0f;
+    }
+}
+
+// binary_offset returns view v's element offset of flat index i.
+static inline int binary_offset(constant BinaryParams& p, uint v, uint i) {
+    if (binary_flat) {
+        return int(i) * p.strides[v][0];
+    }
+    int off = 0;
+    uint r = i;
+    for (int d = int(p.ndim) - 1; d >= 0; d--) {
+        uint c = r % p.shape[d];
+        r /= p.shape[d];
+        off += int(c) * p.strides[v][d];
+    }
+    return off;
+}
+
+kernel void binary_f32(device float* dst [[buffer(0)]],
+                       const device float* a [[buffer(1)]],
+                       const device float* b [[buffer(2)]],
+                       constant BinaryParams& p [[buffer(3)]],
+                       uint gid [[thread_position_in_grid]],
+                       uint gsize [[threads_per_grid]]) {
+    for (uint i = gid; i < p.n; i += gsize) {
+        float av = a[binary_offset(p, 1, i)];
+        float bv = b[binary_offset(p, 2, i)];
+        dst[binary_offset(p, 0, i)] = binary_apply(av, bv);
+    }
+}
+
+kernel void where_x32(device uint* dst [[buffer(0)]],
+                      const device uint* cond [[buffer(1)]],
+                      const device uint* a [[buffer(2)]],
+                      const device uint* b [[buffer(3)]],
+                      constant BinaryParams& p [[buffer(4)]],
+                      uint gid [[thread_position_in_grid]],
+                      uint gsize [[threads_per_grid]]) {
+    for (uint i = gid; i < p.n; i += gsize) {
+        uint c = cond[binary_offset(p, 1, i)];
+        bool take_a = where_cond_int ? (as_type<int>(c) != 0) : (as_type<float>(c) != 0.0f);
+        dst[binary_offset(p, 0, i)] = take_a ? a[binary_offset(p, 2, i)] : b[binary_offset(p, 3, i)];
+    }
+}

@@ -1,0 +1,245 @@
+// matmul.metal — Backend.MatMul: dst[b] = a[b] @ bm[b] (dst += … when
+// accumulating) for every batch index b, float32.
+//
+// Operands arrive as strided views: a's element (i, l) is at
+// i·a_rs + l·a_cs, b's (l, j) at l·b_rs + j·b_cs. The backend's operands are
+// row-major (a_cs == 1) or column-major (a_rs == 1, a transposed matrix seen
+// through a view); neither is ever materialised. Batch dims (up to
+// MM_MAX_BATCH after the Go side coalesced them) carry their own strides
+// per operand, 0 for a broadcast operand.
+//
+// matmul_f32 is the tiled kernel: each threadgroup of MM_SG simdgroups
+// computes an MM_BM × MM_BN block of dst, staging MM_BM × MM_BK of a and
+// MM_BK × MM_BN of b in threadgroup memory per step along K and multiplying
+// 8×8 simdgroup_float8x8 fragments (each simdgroup owns MM_FM × MM_FN
+// accumulator fragments, float32 throughout). Tiles are staged by walking
+// each operand's contiguous axis (so the loads coalesce for row- and
+// column-major operands alike). Sizes that are not tile multiples are
+// handled by function constants: predicated zero-filling loads, and edge
+// fragments stored through a per-simdgroup 8×8 scratch with per-element
+// bounds. Tile geometry is enumerators, never `constant` variables (a
+// program-scope `constant` is a memory object, not a compile-time constant:
+// loops over it do not unroll and the fragments spill).
+//
+// matmul_naive_f32 is the reference: one thread per output, a plain loop
+// over K in float32. Tests compare the two, and the backend falls back to it.
+//
+// Function constants (matmul_f32):
+//   0 mm_a_trans    (bool): a is column-major (stage it walking i fastest).
+//   1 mm_b_trans    (bool): b is column-major (stage it walking l fastest).
+//   2 mm_align_m    (bool): M is a multiple of MM_BM.
+//   3 mm_align_n    (bool): N is a multiple of MM_BN.
+//   4 mm_align_k    (bool): K is a multiple of MM_BK.
+//   5 mm_accumulate (bool): dst += a@b (also used by matmul_naive_f32).
+#include <metal_stdlib>
+using namespace metal;
+
+enum : uint {
+    MM_BM = 32,                   // dst rows per threadgroup
+    MM_BN = 32,                   // dst columns per threadgroup
+    MM_BK = 16,                   // K per staged step
+    MM_WM = 2,                    // simdgroups along M
+    MM_WN = 2,                    // simdgroups along N
+    MM_SG = MM_WM * MM_WN,        // simdgroups per threadgroup
+    MM_THREADS = MM_SG * 32,      // threads per threadgroup
+    MM_FM = MM_BM / (MM_WM * 8),  // accumulator fragments per simdgroup along M
+    MM_FN = MM_BN / (MM_WN * 8),  // … along N
+    MM_PAD = 4,                   // row padding of the staged tiles (16 bytes)
+    MM_LDA = MM_BK + MM_PAD,      // row length of the staged a tile (MM_BM rows)
+    MM_LDB = MM_BN + MM_PAD,      // row length of the staged b tile (MM_BK rows)
+    MM_MAX_BATCH = 4,
+    MM_NAIVE_TILE = 16            // matmul_naive_f32 threadgroups are 16 × 16
+};
+
+struct MatMulParams {
+    uint m, n, k;
+    int a_rs, a_cs;               // a (M, K): element (i, l) at i·a_rs + l·a_cs
+    int b_rs, b_cs;               // b (K, N): element (l, j) at l·b_rs + j·b_cs
+    int c_rs;                     // dst (M, N): element (i, j) at i·c_rs + j
+    uint nbatch;                  // batch dims, 0 … MM_MAX_BATCH
+    uint bshape[MM_MAX_BATCH];
+    int a_bs[MM_MAX_BATCH];       // batch strides (0 where broadcast)
+    int b_bs[MM_MAX_BATCH];
+    int c_bs[MM_MAX_BATCH];
+};
+
+constant bool mm_a_trans [[function_constant(0)]];
+constant bool mm_b_trans [[function_constant(1)]];
+constant bool mm_align_m [[function_constant(2)]];
+constant bool mm_align_n [[function_constant(3)]];
+constant bool mm_align_k [[function_constant(4)]];
+constant bool mm_accumulate [[function_constant(5)]];
+
+// mm_batch_offsets sets the element offsets of batch z's matrices.
+static inline void mm_batch_offsets(constant MatMulParams& p, uint z, thread int& ao, thread int& bo, thread int& co) {
+    ao = 0;
+    bo = 0;
+    co = 0;
+    for (int d = int(p.nbatch) - 1; d >= 0; d--) {
+        uint c = z % p.bshape[d];
+        z /= p.bshape[d];
+        ao += int(c) * p.a_bs[d];
+        bo += int(c) * p.b_bs[d];
+        co += int(c) * p.c_bs[d];
+    }
+}
+
+kernel void matmul_f32(device float* c [[buffer(0)]],
+                       const device float* a [[buffer(1)]],
+                       const device float* b [[buffer(2)]],
+                       constant MatMulParams& p [[buffer(3)]],
+                       uint3 tg [[threadgroup_position_in_grid]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float as[MM_BM * MM_LDA];
+    threadgroup float bs[MM_BK * MM_LDB];
+    threadgroup float scratch[MM_SG * 64];
+
+    int ao, bo, co;
+    mm_batch_offsets(p, tg.z, ao, bo, co);
+    a += ao;
+    b += bo;
+    c += co;
+
+    const uint row0 = tg.y * MM_BM;
+    const uint col0 = tg.x * MM_BN;
+    const uint sm = sg / MM_WN;
+    const uint sn = sg % MM_WN;
+    const uint frow = row0 + sm * (MM_FM * 8); // this simdgroup's first dst row
+    const uint fcol = col0 + sn * (MM_FN * 8); // … and first dst column
+    threadgroup float* sc = scratch + sg * 64;
+
+    simdgroup_float8x8 acc[MM_FM][MM_FN];
+#pragma clang loop unroll(full)
+    for (uint i = 0; i < MM_FM; i++) {
+#pragma clang loop unroll(full)
+        for (uint j = 0; j < MM_FN; j++) {
+            const uint r = frow + i * 8;
+            const uint q = fcol + j * 8;
+            if (!mm_accumulate) {
+                acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            } else if (mm_align_m && mm_align_n) {
+                simdgroup_load(acc[i][j], c + int(r) * p.c_rs + int(q), ulong(p.c_rs));
+            } else {
+                for (uint e = lane; e < 64; e += 32) {
+                    const uint rr = r + e / 8;
+                    const uint cc = q + e % 8;
+                    sc[e] = (rr < p.m && cc < p.n) ? c[int(rr) * p.c_rs + int(cc)] : 0.0f;
+                }
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+                simdgroup_load(acc[i][j], sc, 8);
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+            }
+        }
+    }
+
+    for (uint k0 = 0; k0 < p.k; k0 += MM_BK) {
+        // Stage a (MM_BM × MM_BK) and b (MM_BK × MM_BN), zero outside.
+        for (uint e = tid; e < MM_BM * MM_BK; e += MM_THREADS) {
+            uint r, l;
+            if (mm_a_trans) {
+                r = e % MM_BM;
+                l = e / MM_BM;
+            } else {
+                r = e / MM_BK;
+                l = e % MM_BK;
+            }
+            const uint gi = row0 + r;
+            const uint gl = k0 + l;
+            float v = 0.0f;
+            if ((mm_align_m || gi < p.m) && (mm_align_k || gl < p.k)) {
+                v = a[int(gi) * p.a_rs + int(gl) * p.a_cs];
+            }
+            as[r * MM_LDA + l] = v;
+        }
+        for (uint e = tid; e < MM_BK * MM_BN; e += MM_THREADS) {
+            uint l, q;
+            if (mm_b_trans) {
+                l = e % MM_BK;
+                q = e / MM_BK;
+            } else {
+                l = e / MM_BN;
+                q = e % MM_BN;
+            }
+            const uint gl = k0 + l;
+            const uint gj = col0 + q;
+            float v = 0.0f;
+            if ((mm_align_k || gl < p.k) && (mm_align_n || gj < p.n)) {
+                v = b[int(gl) * p.b_rs + int(gj) * p.b_cs];
+            }
+            bs[l * MM_LDB + q] = v;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+
+#pragma clang loop unroll(full)
+        for (uint kk = 0; kk < MM_BK; kk += 8) {
+            simdgroup_float8x8 af[MM_FM];
+            simdgroup_float8x8 bf[MM_FN];
+#pragma clang loop unroll(full)
+            for (uint i = 0; i < MM_FM; i++) {
+                simdgroup_load(af[i], as + (sm * (MM_FM * 8) + i * 8) * MM_LDA + kk, MM_LDA);
+            }
+#pragma clang loop unroll(full)
+            for (uint j = 0; j < MM_FN; j++) {
+                simdgroup_load(bf[j], bs + kk * MM_LDB + sn * (MM_FN * 8) + j * 8, MM_LDB);
+            }
+#pragma clang loop unroll(full)
+            for (uint i = 0; i < MM_FM; i++) {
+#pragma clang loop unroll(full)
+                for (uint j = 0; j < MM_FN; j++) {
+                    simdgroup_multiply_accumulate(acc[i][j], af[i], bf[j], acc[i][j]);
+                }
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+
+#pragma clang loop unroll(full)
+    for (uint i = 0; i < MM_FM; i++) {
+#pragma clang loop unroll(full)
+        for (uint j = 0; j < MM_FN; j++) {
+            const uint r = frow + i * 8;
+            const uint q = fcol + j * 8;
+            if (mm_align_m && mm_align_n) {
+                simdgroup_store(acc[i][j], c + int(r) * p.c_rs + int(q), ulong(p.c_rs));
+            } else {
+                simdgroup_store(acc[i][j], sc, 8);
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+                for (uint e = lane; e < 64; e += 32) {
+                    const uint rr = r + e / 8;
+                    const uint cc = q + e % 8;
+                    if (rr < p.m && cc < p.n) {
+                        c[int(rr) * p.c_rs + int(cc)] = sc[e];
+                    }
+                }
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+            }
+        }
+    }
+}
+
+kernel void matmul_naive_f32(device float* c [[buffer(0)]],
+                             const device float* a [[buffer(1)]],
+                             const device float* b [[buffer(2)]],
+                             constant MatMulParams& p [[buffer(3)]],
+                             uint3 pos [[thread_position_in_grid]]) {
+    const uint j = pos.x;
+    const uint i = pos.y;
+    if (i >= p.m || j >= p.n) {
+        return;
+    }
+    int ao, bo, co;
+    mm_batch_offsets(p, pos.z, ao, bo, co);
+    const device float* ar = a + ao + int(i) * p.a_rs;
+    const device float* bc = b + bo + int(j) * p.b_cs;
+    float s = 0.0f;
+    for (uint l = 0; l < p.k; l++) {
+        s = fma(ar[int(l) * p.a_cs], bc[int(l) * p.b_rs], s);
+    }
+    device float* out = c + co + int(i) * p.c_rs + int(j);
+    if (mm_accumulate) {
+        s += *out;
+    }
+    *out = s;
+}

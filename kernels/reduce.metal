@@ -1,0 +1,203 @@
+// reduce.metal — Backend.Reduce: sum, max, min, argmax and argmin of a
+// float32 view over its last nred dimensions.
+//
+// One threadgroup per output (outputs numbered x-fastest over a 2-D grid of
+// threadgroups, so that more than 65535 fit). Its threads walk the reduced extent with a
+// stride of the threadgroup size (thread t takes elements t, t+T, …), then
+// the simdgroups combine with simd_sum / simd_max / simd_min and the
+// simdgroups' results meet in threadgroup memory, where the first
+// simdgroup combines them the same way. The order of every operation is
+// fixed by the threadgroup size, so results are deterministic.
+//
+// Max and Min propagate NaN; ArgMax and ArgMin report the first maximum
+// (minimum), or the first NaN, as the CPU backend and PyTorch do. Indices
+// are flat in the reduced extent (row-major over the reduced dims, which
+// the Go side coalesces without reordering).
+//
+// Function constants:
+//   0 reduce_op   (uint): backend.ReduceOp: 0 sum, 1 max, 2 min, 3 argmax,
+//                         4 argmin. dst is float32 for 0–2, int32 for 3–4.
+//   1 reduce_flat (bool): the reduced extent is one run (rdim == 1): its
+//                         element j is at j·rstrides[0].
+#include <metal_stdlib>
+using namespace metal;
+
+enum : uint { REDUCE_MAX_DIMS = 8, REDUCE_MAX_SIMDGROUPS = 32, REDUCE_NONE = 0xffffffffu };
+enum : uint { R_SUM = 0, R_MAX = 1, R_MIN = 2, R_ARGMAX = 3, R_ARGMIN = 4 };
+
+// ReduceParams: the kept dims of src (kshape/kstrides, coalesced) index the
+// outputs in row-major order; the reduced dims (rshape/rstrides) the
+// reduced extent.
+struct ReduceParams {
+    uint nout;   // number of outputs (threadgroups)
+    uint nr;     // reduced extent (≥ 1)
+    uint kdim;   // 0 … REDUCE_MAX_DIMS
+    uint rdim;   // 1 … REDUCE_MAX_DIMS
+    uint kshape[REDUCE_MAX_DIMS];
+    int kstrides[REDUCE_MAX_DIMS];
+    uint rshape[REDUCE_MAX_DIMS];
+    int rstrides[REDUCE_MAX_DIMS];
+};
+
+constant uint reduce_op [[function_constant(0)]];
+constant bool reduce_flat [[function_constant(1)]];
+
+// ReduceState is one thread's (or simdgroup's) partial result: the sum
+// (with its running compensation) or the best value, its index for the arg
+// ops, and whether a NaN was seen (then idx is the first NaN's index).
+struct ReduceState {
+    float v;
+    float comp; // sum only: the rounding errors of v, added at the end
+    uint idx;
+    uint nan;
+};
+
+// reduce_two_sum adds b to a, returning the rounded sum and accumulating
+// its rounding error into err (Fast2Sum on the larger operand). It is
+// symmetric in a and b, so lanes that add the same pair agree bit for bit.
+static inline float reduce_two_sum(float a, float b, thread float& err) {
+    float t = a + b;
+    if (isfinite(t)) {
+        err += fabs(a) >= fabs(b) ? (a - t) + b : (b - t) + a;
+    }
+    return t;
+}
+
+static inline float reduce_xor(float v, ushort mask) {
+    return as_type<float>(simd_shuffle_xor(as_type<uint>(v), mask));
+}
+
+static inline bool reduce_is_max() { return reduce_op == R_MAX || reduce_op == R_ARGMAX; }
+
+// reduce_simd combines the states of the 32 lanes of a simdgroup; every
+// lane gets the result. Lanes holding no element carry idx == REDUCE_NONE
+// and the identity value.
+static inline ReduceState reduce_simd(ReduceState s) {
+    ReduceState r;
+    if (reduce_op == R_SUM) {
+        // A butterfly of compensated additions: every lane ends with the
+        // same sum, and the rounding errors of the tree are kept too.
+        float v = s.v;
+        float comp = s.comp;
+        for (ushort m = 16; m >= 1; m >>= 1) {
+            float ov = reduce_xor(v, m);
+            float oc = reduce_xor(comp, m);
+            comp += oc;
+            v = reduce_two_sum(v, ov, comp);
+        }
+        r.v = v;
+        r.comp = comp;
+        r.idx = 0;
+        r.nan = 0;
+        return r;
+    }
+    r.comp = 0.0f;
+    r.nan = simd_max(s.nan);
+    if (r.nan != 0) {
+        r.v = NAN;
+        r.idx = simd_min(s.nan != 0 ? s.idx : uint(REDUCE_NONE));
+        return r;
+    }
+    r.v = reduce_is_max() ? simd_max(s.v) : simd_min(s.v);
+    r.idx = simd_min((s.idx != REDUCE_NONE && s.v == r.v) ? s.idx : uint(REDUCE_NONE));
+    return r;
+}
+
+kernel void reduce_f32(device uint* dst [[buffer(0)]],
+                       const device float* src [[buffer(1)]],
+                       constant ReduceParams& p [[buffer(2)]],
+                       uint3 tgpos [[threadgroup_position_in_grid]],
+                       uint3 ntg [[threadgroups_per_grid]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint tsize [[threads_per_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint sg [[simdgroup_index_in_threadgroup]],
+                       uint nsg [[simdgroups_per_threadgroup]]) {
+    threadgroup float part_v[REDUCE_MAX_SIMDGROUPS];
+    threadgroup float part_comp[REDUCE_MAX_SIMDGROUPS];
+    threadgroup uint part_idx[REDUCE_MAX_SIMDGROUPS];
+    threadgroup uint part_nan[REDUCE_MAX_SIMDGROUPS];
+
+    // Outputs beyond 65535 spread over the grid's y (see the Go side).
+    const uint out = tgpos.y * ntg.x + tgpos.x;
+    if (out >= p.nout) {
+        return; // the whole threadgroup: no barrier is left waiting
+    }
+
+    // The offset of this output's first reduced element.
+    int base = 0;
+    uint r = out;
+    for (int d = int(p.kdim) - 1; d >= 0; d--) {
+        uint c = r % p.kshape[d];
+        r /= p.kshape[d];
+        base += int(c) * p.kstrides[d];
+    }
+
+    ReduceState s;
+    s.v = reduce_op == R_SUM ? 0.0f : (reduce_is_max() ? -INFINITY : INFINITY);
+    s.comp = 0.0f;
+    s.idx = REDUCE_NONE;
+    s.nan = 0;
+    for (uint j = tid; j < p.nr; j += tsize) {
+        int off;
+        if (reduce_flat) {
+            off = int(j) * p.rstrides[0];
+        } else {
+            off = 0;
+            uint q = j;
+            for (int d = int(p.rdim) - 1; d >= 0; d--) {
+                uint c = q % p.rshape[d];
+                q /= p.rshape[d];
+                off += int(c) * p.rstrides[d];
+            }
+        }
+        float x = src[base + off];
+        if (reduce_op == R_SUM) {
+            s.v = reduce_two_sum(s.v, x, s.comp);
+        } else if (isnan(x)) {
+            if (s.nan == 0) {
+                s.nan = 1;
+                s.idx = j;
+            }
+        } else if (s.nan == 0) {
+            bool better = reduce_is_max() ? x > s.v : x < s.v;
+            if (better || s.idx == REDUCE_NONE) {
+                s.v = x;
+                s.idx = j;
+            }
+        }
+    }
+    s = reduce_simd(s);
+    if (nsg > 1) {
+        if (lane == 0) {
+            part_v[sg] = s.v;
+            part_comp[sg] = s.comp;
+            part_idx[sg] = s.idx;
+            part_nan[sg] = s.nan;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (sg == 0) {
+            if (lane < nsg) {
+                s.v = part_v[lane];
+                s.comp = part_comp[lane];
+                s.idx = part_idx[lane];
+                s.nan = part_nan[lane];
+            } else {
+                s.v = reduce_op == R_SUM ? 0.0f : (reduce_is_max() ? -INFINITY : INFINITY);
+                s.comp = 0.0f;
+                s.idx = REDUCE_NONE;
+                s.nan = 0;
+            }
+            s = reduce_simd(s);
+        }
+    }
+    if (tid == 0) {
+        if (reduce_op == R_ARGMAX || reduce_op == R_ARGMIN) {
+            dst[out] = s.idx;
+        } else if (reduce_op == R_SUM) {
+            dst[out] = as_type<uint>(isfinite(s.v) ? s.v + s.comp : s.v);
+        } else {
+            dst[out] = as_type<uint>(s.v);
+        }
+    }
+}

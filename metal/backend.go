@@ -1,0 +1,364 @@
+// Package metal is Forge's Metal backend: the Go side of kernel dispatch
+// (which kernel, grid and threadgroup sizes, buffer bindings), the buffer
+// pool, the pipeline cache and the command stream. It talks to whatever
+// runs the kernels through the narrow seam of package metal/driver: the GPU
+// through Metal.framework (darwin only, purego, no cgo) or the emulator of
+// package metal/emu, which runs the same MSL sources on the CPU.
+//
+// Importing the package registers two backends: "metal" (the GPU; it opens
+// only on macOS on Apple silicon) and "metal-emu" (the emulator; it runs
+// everywhere clang is installed).
+//
+// # Stream
+//
+// Kernels are encoded into one current command buffer; nothing runs until
+// that buffer is committed. Sync commits it and waits for it: one
+// submission, one wait. Read synchronises only when the buffer it reads is
+// used by a command buffer that has not completed (then it is a Sync);
+// reading a buffer no queued kernel touches needs no wait.
+//
+// Write follows the same rule: the host writes shared memory directly, so a
+// Write to a buffer that a pending (encoded, not yet committed) or in-flight
+// command buffer uses syncs first — the kernels queued before the Write see
+// the old contents, as program order says. A Write to a buffer no queued
+// kernel uses (in particular a fresh one: the pool hands out memory only
+// after every command buffer that used it completed) costs no sync, so
+// uploading a new batch does not break a step's single submission.
+//
+// A failed command buffer (a GPU fault, an emulated kernel's crash) panics
+// at the wait with a message naming its kernels. In profile mode (see
+// TimeKernels) every kernel runs in a command buffer of its own and is
+// waited for, and its device time is reported.
+//
+// # Memory
+//
+// Buffers are 256-byte-aligned sub-allocations of driver buffers, pooled
+// by size class (pool.go). A buffer is freed by Free or, when its Buffer
+// becomes unreachable, by a GC cleanup; its memory is handed out again only
+// after every command buffer that used it has completed.
+//
+// # Environment
+//
+//   - FORGE_METAL_POOL_MB: the pool's soft budget of device memory
+//     (default 4096); reaching it syncs, trims and collects before growing.
+//   - FORGE_METAL_POOL_POISON=1: fill every buffer Alloc hands out with
+//     0xff bytes (NaN as float32, -1 as int32), to catch kernels that read
+//     what they did not write.
+//   - FORGE_METAL_MATH: the math mode kernels compile with on the GPU
+//     (relaxed, safe or fast; driver_darwin.go).
+package metal
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"reflect"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/metal/driver"
+)
+
+// Backend is a Metal device (or its emulation) seen through a driver.
+// Its methods may be called from several goroutines; they are serialised.
+type Backend struct {
+	backend.Unimplemented
+
+	drv driver.Driver
+
+	mu sync.Mutex // guards everything below (and every driver call)
+
+	pool      pool
+	stream    stream
+	pipes     map[string]pipeEntry // by PipelineKey.String()
+	fastPipes map[fastKey]pipeEntry
+
+	// rel receives buffers whose Buffer became unreachable (GC cleanups run
+	// on their own goroutine and must never wait for mu).
+	relMu    sync.Mutex
+	released []*block
+
+	dummy *block // bound for views with a nil Buf (optional operands)
+}
+
+// New returns a backend that runs kernels through drv. Its name is
+// drv.Name().
+func New(drv driver.Driver) *Backend {
+	b := &Backend{drv: drv, pipes: map[string]pipeEntry{}, fastPipes: map[fastKey]pipeEntry{}}
+	b.BackendName = drv.Name()
+	b.pool.init(drv)
+	b.stream.init()
+	return b
+}
+
+// Name is the registry name: "metal" or "metal-emu".
+func (b *Backend) Name() string { return b.drv.Name() }
+
+// Device describes the device, e.g. "Apple M3 Max".
+func (b *Backend) Device() string { return b.drv.Device() }
+
+// Driver returns the driver the backend runs kernels through.
+func (b *Backend) Driver() driver.Driver { return b.drv }
+
+// Buffer is a sub-allocation of a driver buffer holding Len elements of
+// one dtype.
+type Buffer struct {
+	dt      backend.DType
+	n       int
+	blk     *block // nil after Free
+	cleanup runtime.Cleanup
+}
+
+// Len is the number of elements.
+func (x *Buffer) Len() int { return x.n }
+
+// DType is the element type.
+func (x *Buffer) DType() backend.DType { return x.dt }
+
+// errFloat64 is the panic message for float64 on Metal.
+func errFloat64(op string) string {
+	return fmt.Sprintf("metal: %s: float64 is not supported: Metal GPUs have no float64; "+
+		"use the cpu device (FORGE_BACKEND=cpu) for float64 (gradient checks)", op)
+}
+
+// checkDType panics unless dt is one the backend stores.
+func checkDType(op string, dt backend.DType) {
+	switch dt {
+	case backend.Float32, backend.Int32:
+		return
+	case backend.Float64:
+		panic(errFloat64(op))
+	}
+	panic(fmt.Sprintf("metal: %s: unsupported dtype %v", op, dt))
+}
+
+// Alloc returns a buffer of n elements of dt. Its contents are
+// unspecified (zeros when new, stale values when recycled; NaN bytes with
+// FORGE_METAL_POOL_POISON=1).
+func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
+	checkDType("alloc", dt)
+	if n < 0 {
+		panic(fmt.Sprintf("metal: alloc: negative length %d", n))
+	}
+	size := max(n*dt.Size(), 1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	blk := b.allocLocked(size)
+	x := &Buffer{dt: dt, n: n, blk: blk}
+	x.cleanup = runtime.AddCleanup(x, b.releaseFromGC, blk)
+	return x
+}
+
+// releaseFromGC runs on the cleanup goroutine when a Buffer became
+// unreachable: it only queues the block; the owner recycles it.
+func (b *Backend) releaseFromGC(blk *block) {
+	b.relMu.Lock()
+	b.released = append(b.released, blk)
+	b.relMu.Unlock()
+}
+
+// drainReleased hands the blocks queued by GC cleanups to the pool.
+// Called with mu held.
+func (b *Backend) drainReleased() {
+	b.relMu.Lock()
+	rel := b.released
+	b.released = nil
+	b.relMu.Unlock()
+	for i, blk := range rel {
+		b.pool.release(blk, b.stream.done)
+		rel[i] = nil
+	}
+}
+
+// Free returns buf's memory to the pool; it is reused once every command
+// buffer that used it has completed. buf must not be used afterwards.
+// Freeing twice is a no-op.
+func (b *Backend) Free(buf backend.Buffer) {
+	x, ok := buf.(*Buffer)
+	if !ok || x == nil {
+		panic(fmt.Sprintf("metal: free: not a metal buffer: %T", buf))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if x.blk == nil {
+		return
+	}
+	x.cleanup.Stop()
+	blk := x.blk
+	x.blk = nil
+	b.pool.release(blk, b.stream.done)
+}
+
+// block returns x's block, panicking if it was freed.
+func (x *Buffer) block(op string) *block {
+	if x.blk == nil {
+		panic(fmt.Sprintf("metal: %s: buffer used after Free", op))
+	}
+	return x.blk
+}
+
+func asBuffer(op string, buf backend.Buffer) *Buffer {
+	x, ok := buf.(*Buffer)
+	if !ok || x == nil {
+		panic(fmt.Sprintf("metal: %s: not a metal buffer: %T", op, buf))
+	}
+	return x
+}
+
+// hostBytes returns the bytes of a host slice matching dt, and how many
+// elements it has.
+func hostBytes(op string, dt backend.DType, host any) ([]byte, int) {
+	switch h := host.(type) {
+	case []float32:
+		if dt != backend.Float32 {
+			panic(fmt.Sprintf("metal: %s: host []float32 for a %v buffer", op, dt))
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), 4*len(h)), len(h)
+	case []int32:
+		if dt != backend.Int32 {
+			panic(fmt.Sprintf("metal: %s: host []int32 for a %v buffer", op, dt))
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), 4*len(h)), len(h)
+	case []float64:
+		panic(errFloat64(op))
+	}
+	panic(fmt.Sprintf("metal: %s: unsupported host type %T", op, host))
+}
+
+// Write copies host data ([]float32 or []int32 matching the dtype,
+// len ≤ Len) into dst from element 0. If a queued kernel uses dst, the
+// queue is synchronised first (see the package documentation).
+func (b *Backend) Write(dst backend.Buffer, src any) {
+	x := asBuffer("write", dst)
+	h, n := hostBytes("write", x.dt, src)
+	if n > x.n {
+		panic(fmt.Sprintf("metal: write: %d elements into a buffer of %d", n, x.n))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	blk := x.block("write")
+	if blk.use > b.stream.done {
+		b.syncLocked()
+	}
+	copy(blk.bytes(), h)
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(src)
+}
+
+// Read copies src's first len(dst) elements into dst ([]float32 or
+// []int32 matching the dtype), waiting first for every queued kernel if
+// one of them uses src.
+func (b *Backend) Read(src backend.Buffer, dst any) {
+	x := asBuffer("read", src)
+	h, n := hostBytes("read", x.dt, dst)
+	if n > x.n {
+		panic(fmt.Sprintf("metal: read: %d elements from a buffer of %d", n, x.n))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	blk := x.block("read")
+	if blk.use > b.stream.done {
+		b.syncLocked()
+	}
+	copy(h, blk.bytes())
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(dst)
+}
+
+// Sync commits the current command buffer and waits for every command
+// buffer submitted so far.
+func (b *Backend) Sync() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.syncLocked()
+}
+
+// arg is the binding of view v's buffer starting at element v.Offset (byte
+// offset = the sub-allocation's offset + v.Offset × element size). It marks
+// the buffer as used by the command buffer the next run encodes into, so its
+// memory is not recycled before that command buffer completes. A view with
+// a nil Buf (an absent optional operand) binds a small zeroed dummy buffer.
+func (b *Backend) arg(v backend.View) driver.Arg {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v.Buf == nil {
+		if b.dummy == nil {
+			b.dummy = b.allocLocked(align)
+		}
+		b.stream.touch(b.dummy)
+		return driver.Arg{Buf: b.dummy.slab.buf, Offset: b.dummy.off}
+	}
+	x := asBuffer("arg", v.Buf)
+	blk := x.block("kernel argument")
+	if v.Offset < 0 {
+		panic(fmt.Sprintf("metal: arg: negative view offset %d", v.Offset))
+	}
+	off := v.Offset * x.dt.Size()
+	if off > blk.size {
+		panic(fmt.Sprintf("metal: arg: view offset %d beyond a buffer of %d elements", v.Offset, x.n))
+	}
+	b.stream.touch(blk)
+	return driver.Arg{Buf: blk.slab.buf, Offset: blk.off + off}
+}
+
+// maxBytesArg is the largest setBytes block Metal accepts.
+const maxBytesArg = 4096
+
+// bytesArg is a setBytes argument holding the little-endian bytes of x: a
+// scalar (uint32, int32, float32, uint64, int64, uint16, int16, uint8, int8,
+// bool), a fixed array of those, or a struct of such fields (and nested
+// fixed arrays and structs). Fields are packed with no padding, so a struct
+// mirrors an MSL struct only if its fields line up with MSL's alignment:
+// add `_ uint32` fields where MSL pads (before a float2/uint2 or float4, for
+// example). int, uint, float64 and pointers are refused (MSL has no double;
+// int has no fixed size).
+func bytesArg(x any) driver.Arg {
+	var buf []byte
+	switch v := x.(type) {
+	case uint32:
+		buf = binary.LittleEndian.AppendUint32(nil, v)
+	case int32:
+		buf = binary.LittleEndian.AppendUint32(nil, uint32(v))
+	case float32:
+		buf = binary.LittleEndian.AppendUint32(nil, math.Float32bits(v))
+	default:
+		checkBytesType(reflect.TypeOf(x), reflect.TypeOf(x))
+		var err error
+		buf, err = binary.Append(nil, binary.LittleEndian, x)
+		if err != nil {
+			panic(fmt.Sprintf("metal: bytesArg(%T): %v", x, err))
+		}
+	}
+	if len(buf) == 0 {
+		panic(fmt.Sprintf("metal: bytesArg(%T): empty value", x))
+	}
+	if len(buf) > maxBytesArg {
+		panic(fmt.Sprintf("metal: bytesArg(%T): %d bytes, more than setBytes's %d", x, len(buf), maxBytesArg))
+	}
+	return driver.Arg{Bytes: buf}
+}
+
+// checkBytesType panics unless t is made of fixed-size fields MSL has.
+func checkBytesType(top, t reflect.Type) {
+	if t == nil {
+		panic("metal: bytesArg(nil)")
+	}
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int8, reflect.Uint8, reflect.Int16, reflect.Uint16,
+		reflect.Int32, reflect.Uint32, reflect.Int64, reflect.Uint64, reflect.Float32:
+		return
+	case reflect.Array:
+		checkBytesType(top, t.Elem())
+		return
+	case reflect.Struct:
+		for i := range t.NumField() {
+			checkBytesType(top, t.Field(i).Type)
+		}
+		return
+	case reflect.Float64:
+		panic(fmt.Sprintf("metal: bytesArg(%v): float64 field: MSL has no double; use float32", top))
+	}
+	panic(fmt.Sprintf("metal: bytesArg(%v): %v is not a fixed-size MSL type (use int32/uint32/float32)", top, t))
+}

@@ -1,0 +1,213 @@
+package metal
+
+// Shared plumbing of the ops: dtype checks, pipeline keys, grid sizes and
+// the coalescing of strided views into the fixed-size parameter blocks the
+// kernels take (kernels/*.metal).
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/driver"
+)
+
+// maxDims is the rank the elementwise kernels index after coalescing
+// (FILL_MAX_DIMS, COPY_MAX_DIMS, UNARY_MAX_DIMS, BINARY_MAX_DIMS and
+// REDUCE_MAX_DIMS in kernels/*.metal). Views with more dimensions left
+// after coalescing run as several dispatches over their leading ones.
+const maxDims = 8
+
+// ewThreads is the threadgroup size of the elementwise kernels, and
+// ewMaxGroups caps their grid: each thread then loops over the elements
+// with a stride of the grid size.
+const (
+	ewThreads   = 256
+	ewMaxGroups = 1024
+)
+
+// checkKernelDType panics unless every view has one of the allowed dtypes,
+// naming the kernel. Float64 gets its own message: Metal has no float64.
+func checkKernelDType(kernel string, allowed []backend.DType, views ...backend.View) {
+	for _, v := range views {
+		if v.Buf == nil {
+			continue
+		}
+		dt := v.DType()
+		ok := false
+		for _, a := range allowed {
+			if dt == a {
+				ok = true
+			}
+		}
+		if ok {
+			continue
+		}
+		if dt == backend.Float64 {
+			panic(errFloat64(kernel))
+		}
+		panic(fmt.Sprintf("metal: %s: unsupported dtype %v (want %v)", kernel, dt, allowed))
+	}
+}
+
+var (
+	onlyF32  = []backend.DType{backend.Float32}
+	f32OrI32 = []backend.DType{backend.Float32, backend.Int32}
+)
+
+// pkey is the pipeline key of a kernel with function constants (given in
+// ascending index order).
+func pkey(kernel string, consts ...driver.Constant) driver.PipelineKey {
+	return driver.PipelineKey{Kernel: kernel, Constants: consts}
+}
+
+func cBool(index int, v bool) driver.Constant {
+	var bits uint32
+	if v {
+		bits = 1
+	}
+	return driver.Constant{Index: index, Type: driver.Bool, Bits: bits}
+}
+
+func cUint(index int, v uint32) driver.Constant {
+	return driver.Constant{Index: index, Type: driver.UInt32, Bits: v}
+}
+
+// ewGrid returns the grid of an elementwise kernel over n elements.
+func (b *Backend) ewGrid(key driver.PipelineKey, n int) (groups, threads [3]int) {
+	t := min(ewThreads, b.pipelineFor(key).MaxThreads())
+	g := min((n+t-1)/t, ewMaxGroups)
+	return [3]int{g, 1, 1}, [3]int{t, 1, 1}
+}
+
+// layout is k views of one shape with their dimensions coalesced: size-1
+// dimensions dropped and adjacent dimensions merged where every view's
+// strides allow (row-major order is kept, so flat indices survive).
+type layout struct {
+	shape   []int
+	strides [][]int // strides[v][d]
+	offsets []int   // offsets[v]: the views' element offsets
+}
+
+// coalesce builds the layout of views sharing views[0].Shape.
+func coalesce(views ...backend.View) layout {
+	shape := views[0].Shape
+	l := layout{strides: make([][]int, len(views)), offsets: make([]int, len(views))}
+	for v := range views {
+		l.offsets[v] = views[v].Offset
+	}
+	for d := range shape {
+		if shape[d] == 1 {
+			continue
+		}
+		n := len(l.shape)
+		merge := n > 0
+		for v := 0; merge && v < len(views); v++ {
+			if l.strides[v][n-1] != views[v].Strides[d]*shape[d] {
+				merge = false
+			}
+		}
+		if merge {
+			l.shape[n-1] *= shape[d]
+			for v := range views {
+				l.strides[v][n-1] = views[v].Strides[d]
+			}
+			continue
+		}
+		l.shape = append(l.shape, shape[d])
+		for v := range views {
+			l.strides[v] = append(l.strides[v], views[v].Strides[d])
+		}
+	}
+	if len(l.shape) == 0 {
+		l.shape = []int{1}
+		for v := range views {
+			l.strides[v] = []int{1}
+		}
+	}
+	return l
+}
+
+// numel is the number of elements of the layout.
+func (l layout) numel() int {
+	n := 1
+	for _, d := range l.shape {
+		n *= d
+	}
+	return n
+}
+
+// split calls fn for sub-layouts of at most maxd dimensions covering l: l
+// itself, or, when it has more, one per index of its leading dimensions
+// (with the views' offsets moved there).
+func (l layout) split(maxd int, fn func(sub layout)) {
+	if len(l.shape) <= maxd {
+		fn(l)
+		return
+	}
+	for i := 0; i < l.shape[0]; i++ {
+		sub := layout{shape: l.shape[1:], strides: make([][]int, len(l.strides)), offsets: make([]int, len(l.offsets))}
+		for v := range l.strides {
+			sub.strides[v] = l.strides[v][1:]
+			sub.offsets[v] = l.offsets[v] + i*l.strides[v][0]
+		}
+		sub.split(maxd, fn)
+	}
+}
+
+// view returns view v of the layout: buf at the layout's offset (the shape
+// does not matter to arg, which binds the buffer at the offset).
+func (l layout) view(buf backend.Buffer, v int) backend.View {
+	return backend.View{Buf: buf, Offset: l.offsets[v]}
+}
+
+// dimsArgs fills the kernels' shape and stride arrays from l (at most
+// maxDims dimensions), checking that every offset the kernel computes fits
+// its int32 arithmetic.
+func (l layout) dimsArgs(kernel string, shape *[maxDims]uint32, strides ...*[maxDims]int32) {
+	if len(l.shape) > maxDims {
+		panic(fmt.Sprintf("metal: %s: %d dimensions after coalescing (max %d)", kernel, len(l.shape), maxDims))
+	}
+	for d, n := range l.shape {
+		shape[d] = uint32(n)
+	}
+	for v, st := range strides {
+		span := 0
+		for d, s := range l.strides[v] {
+			st[d] = int32(s)
+			span += absInt(s) * (l.shape[d] - 1)
+		}
+		if span > math.MaxInt32 {
+			panic(fmt.Sprintf("metal: %s: a view spans %d elements, beyond the kernels' int32 offsets", kernel, span))
+		}
+	}
+}
+
+func absInt(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// checkCount panics when n elements do not fit the kernels' uint32 counts.
+func checkCount(kernel string, n int) {
+	if n > math.MaxInt32 {
+		panic(fmt.Sprintf("metal: %s: %d elements, beyond the kernels' 32-bit indices", kernel, n))
+	}
+}
+
+var (
+	kFill        = kernels.Name("fill", "x32")
+	kCopy        = kernels.Name("copy", "x32")
+	kUnary       = kernels.Name("unary", "f32")
+	kUnaryGrad   = kernels.Name("unary", "grad", "f32")
+	kBinary      = kernels.Name("binary", "f32")
+	kWhere       = kernels.Name("where", "x32")
+	kReduce      = kernels.Name("reduce", "f32")
+	kSoftmax     = kernels.Name("softmax", "f32")
+	kSoftmaxBack = kernels.Name("softmax", "backward", "f32")
+	kMatMul      = kernels.Name("matmul", "f32")
+	kMatMulNaive = kernels.Name("matmul", "naive", "f32")
+)

@@ -1,0 +1,161 @@
+package metal
+
+// Reduce, Softmax and SoftmaxBackward (kernels/reduce.metal,
+// softmax.metal): one threadgroup per output or row.
+
+import (
+	"fmt"
+
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// reduceParams mirrors ReduceParams in kernels/reduce.metal.
+type reduceParams struct {
+	NOut     uint32
+	NR       uint32
+	KDim     uint32
+	RDim     uint32
+	KShape   [maxDims]uint32
+	KStrides [maxDims]int32
+	RShape   [maxDims]uint32
+	RStrides [maxDims]int32
+}
+
+// rowThreads is the threadgroup size for rows of n elements: a multiple of
+// the SIMD width, at least one simdgroup, at most most (and the
+// pipeline's maximum).
+func rowThreads(n, most, maxThreads, simd int) int {
+	t := min(most, maxThreads)
+	t -= t % simd
+	want := (n + simd - 1) / simd * simd
+	return max(simd, min(t, want))
+}
+
+// maxGridX is the most threadgroups a row kernel puts along the grid's x.
+const maxGridX = 65535
+
+// rowGrid spreads n row threadgroups over a 2-D grid (x fastest); the
+// kernels skip the rows ≥ n of the last line.
+func rowGrid(n int) [3]int {
+	if n <= maxGridX {
+		return [3]int{n, 1, 1}
+	}
+	return [3]int{maxGridX, (n + maxGridX - 1) / maxGridX, 1}
+}
+
+// Reduce reduces the last nred dimensions of src (float32, strided) into
+// the contiguous dst: float32 for sum, max and min, int32 indices into the
+// flattened reduced extent for argmax and argmin.
+func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
+	if nred < 0 || nred > len(src.Shape) {
+		panic(fmt.Sprintf("metal: %s: nred %d out of range for shape %v", kReduce, nred, src.Shape))
+	}
+	switch op {
+	case backend.ReduceArgMax, backend.ReduceArgMin:
+		if dst.DType() != backend.Int32 {
+			panic(fmt.Sprintf("metal: %s: %v needs an int32 dst, have %v", kReduce, op, dst.DType()))
+		}
+	case backend.ReduceSum, backend.ReduceMax, backend.ReduceMin:
+		checkKernelDType(kReduce, onlyF32, dst)
+	default:
+		panic(fmt.Sprintf("metal: %s: unknown op %v", kReduce, op))
+	}
+	checkKernelDType(kReduce, onlyF32, src)
+	k := len(src.Shape) - nred
+	kept := backend.View{Offset: src.Offset, Shape: src.Shape[:k], Strides: src.Strides[:k]}
+	red := backend.View{Shape: src.Shape[k:], Strides: src.Strides[k:]}
+	nout, nr := kept.Numel(), red.Numel()
+	if nout == 0 {
+		return
+	}
+	if nr == 0 {
+		if op != backend.ReduceSum {
+			panic(fmt.Sprintf("metal: %s: %v over an empty extent (shape %v, nred %d)", kReduce, op, src.Shape, nred))
+		}
+		b.Fill(backend.View{Buf: dst.Buf, Offset: dst.Offset, Shape: []int{nout}, Strides: []int{1}}, 0)
+		return
+	}
+	checkCount(kReduce, nout*nr)
+	kl, rl := coalesce(kept), coalesce(red)
+	if len(kl.shape) > maxDims || len(rl.shape) > maxDims {
+		// Too many dimensions survive coalescing: reduce a contiguous copy.
+		tmp := b.Alloc(backend.Float32, nout*nr)
+		defer b.Free(tmp)
+		cv := backend.View{Buf: tmp, Shape: src.Shape, Strides: backend.ContiguousStrides(src.Shape)}
+		b.Copy(cv, src)
+		b.Reduce(op, dst, cv, nred)
+		return
+	}
+	p := reduceParams{NOut: uint32(nout), NR: uint32(nr), KDim: uint32(len(kl.shape)), RDim: uint32(len(rl.shape))}
+	if nout == 1 {
+		p.KDim = 0 // the kept layout of a full reduction is a dummy dimension of 1
+	}
+	kl.dimsArgs(kReduce, &p.KShape, &p.KStrides)
+	rl.dimsArgs(kReduce, &p.RShape, &p.RStrides)
+	key := pkey(kReduce, cUint(0, uint32(op)), cBool(1, len(rl.shape) == 1))
+	pipe := b.pipelineFor(key)
+	most := 256
+	if nout < 64 {
+		most = 1024 // few outputs: more threads per output
+	}
+	t := rowThreads(nr, most, pipe.MaxThreads(), pipe.SIMDWidth())
+	b.run(kReduce+"."+op.String(), key, rowGrid(nout), [3]int{t, 1, 1},
+		b.arg(dst), b.arg(backend.View{Buf: src.Buf, Offset: src.Offset}), bytesArg(p))
+}
+
+// softmaxParams mirrors SoftmaxParams in kernels/softmax.metal.
+type softmaxParams struct {
+	Rows, Cols uint32
+}
+
+// softmaxRows views a contiguous tensor as rows of its last axis.
+func softmaxRows(v backend.View) (rows, cols int) {
+	cols = 1
+	if len(v.Shape) > 0 {
+		cols = v.Shape[len(v.Shape)-1]
+	}
+	if cols == 0 {
+		return 0, 0
+	}
+	return v.Numel() / cols, cols
+}
+
+// Softmax writes y = softmax(x) (log-softmax if log) over the last axis;
+// x and y contiguous float32.
+func (b *Backend) Softmax(y, x backend.View, log bool) {
+	checkKernelDType(kSoftmax, onlyF32, y, x)
+	rows, cols := softmaxRows(x)
+	if rows == 0 {
+		return
+	}
+	checkCount(kSoftmax, rows*cols)
+	key := pkey(kSoftmax, cBool(0, log))
+	pipe := b.pipelineFor(key)
+	t := rowThreads(cols, 256, pipe.MaxThreads(), pipe.SIMDWidth())
+	label := kSoftmax
+	if log {
+		label += ".log"
+	}
+	b.run(label, key, rowGrid(rows), [3]int{t, 1, 1},
+		b.arg(y), b.arg(x), bytesArg(softmaxParams{uint32(rows), uint32(cols)}))
+}
+
+// SoftmaxBackward writes dx from the forward output y and dy; contiguous
+// float32.
+func (b *Backend) SoftmaxBackward(dx, y, dy backend.View, log bool) {
+	checkKernelDType(kSoftmaxBack, onlyF32, dx, y, dy)
+	rows, cols := softmaxRows(y)
+	if rows == 0 {
+		return
+	}
+	checkCount(kSoftmaxBack, rows*cols)
+	key := pkey(kSoftmaxBack, cBool(0, log))
+	pipe := b.pipelineFor(key)
+	t := rowThreads(cols, 256, pipe.MaxThreads(), pipe.SIMDWidth())
+	label := kSoftmaxBack
+	if log {
+		label += ".log"
+	}
+	b.run(label, key, rowGrid(rows), [3]int{t, 1, 1},
+		b.arg(dx), b.arg(y), b.arg(dy), bytesArg(softmaxParams{uint32(rows), uint32(cols)}))
+}

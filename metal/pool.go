@@ -1,0 +1,433 @@
+package metal
+
+// The buffer pool.
+//
+// Allocating device memory (newBufferWithLength:) is a kernel VM call, far
+// too slow for the thousands of tensors a training step makes and drops, so
+// a Buffer is a 256-byte-aligned sub-allocation of a driver buffer, and
+// freed sub-allocations are recycled by size class:
+//
+//   - A request is rounded up to its class: multiples of 256 bytes up to
+//     4 KiB, then four classes per power of two (at most 25 % slack).
+//   - Classes up to slabMaxClass are carved, on demand, from 1 MiB driver
+//     buffers (slabs) dedicated to the class; larger classes get a driver
+//     buffer of their own.
+//   - A freed block goes to its class's free list only once every command
+//     buffer that used it has completed: each block records the serial
+//     number of the last command buffer that used it (block.use, set when a
+//     kernel argument binds it), and the stream knows the serial up to which
+//     every command buffer has completed (stream.done). Blocks freed earlier
+//     wait on a deferred list, which the stream empties as it completes.
+//
+// The pool holds at most a budget of driver memory (FORGE_METAL_POOL_MB,
+// default 4096; soft). When an allocation would exceed it, the backend
+// first recycles what it can: blocks queued by GC cleanups, deferred blocks
+// (after a Sync, if they wait for the current command buffer), then frees
+// idle driver buffers, and finally asks for a garbage collection so that
+// unreachable tensors give their buffers back. Only then does it grow past
+// the budget. Independently, every poolGCBytes of new driver memory starts
+// a background collection, as the CPU pool does: Go's collector does not
+// see device memory, so it would otherwise run ever more rarely.
+
+import (
+	"fmt"
+	"math/bits"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/forgeml/forge/metal/driver"
+)
+
+const (
+	align        = 256     // sub-allocation alignment in bytes
+	slabSize     = 1 << 20 // driver buffers small classes are carved from
+	slabMaxClass = 256 << 10
+	poolGCBytes  = 64 << 20 // new driver memory that starts a background GC
+)
+
+// classSize is the size class of a request of n bytes.
+func classSize(n int) int {
+	n = max(roundUp(n, align), align)
+	if n <= 4096 {
+		return n
+	}
+	p := 1 << (bits.Len(uint(n)) - 1) // p ≤ n < 2p
+	return roundUp(n, p/4)
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// slab is one driver buffer: carved into blocks of one class, or a single
+// block of a large class.
+type slab struct {
+	buf    driver.Buffer
+	class  int
+	carved int // bytes carved so far
+	live   int // blocks handed out or deferred (not on a free list)
+}
+
+// block is one sub-allocation.
+type block struct {
+	slab *slab
+	off  int    // byte offset in slab.buf
+	size int    // the class size
+	use  uint64 // serial of the last command buffer that used it; 0 if none
+}
+
+func (k *block) bytes() []byte { return k.slab.buf.Bytes()[k.off : k.off+k.size] }
+
+// pool is the size-class pool of one backend. Its methods are called with
+// the backend's mu held.
+type pool struct {
+	drv      driver.Driver
+	free     map[int][]*block // completed blocks by class
+	carving  map[int]*slab    // the slab a small class is carving from
+	deferred []*block         // freed, waiting for their command buffer
+	slabs    map[*slab]struct{}
+	budget   int64
+	poison   bool
+
+	st PoolStats
+
+	newSinceGC int64
+	// noGCBelow: a forced collection that freed nothing is not repeated
+	// until the pool has grown by a quarter (a working set larger than the
+	// budget must not pay a collection per allocation).
+	noGCBelow int64
+	gcDone    chan struct{} // closed when the last collection started finished
+}
+
+// PoolStats describes the pool's memory in bytes and its traffic.
+type PoolStats struct {
+	Bytes    int64 // held in driver buffers
+	Peak     int64 // highest Bytes so far
+	Live     int64 // in blocks handed out and not freed
+	Free     int64 // in blocks ready to be handed out
+	Deferred int64 // freed, waiting for a command buffer to complete
+
+	Allocs    int64 // Alloc calls
+	Hits      int64 // served from a free list
+	NewBufs   int64 // driver buffers allocated
+	Released  int64 // driver buffers released (trimmed)
+	Pressure  int64 // times an allocation hit the budget
+	GCs       int64 // collections the pool started
+	PeakLive  int64 // highest Live so far
+	Recycled  int64 // blocks returned to the free lists
+	Deferrals int64 // blocks freed while a command buffer still used them
+}
+
+func (p *pool) init(drv driver.Driver) {
+	p.drv = drv
+	p.free = map[int][]*block{}
+	p.carving = map[int]*slab{}
+	p.slabs = map[*slab]struct{}{}
+	p.budget = 4096 << 20
+	if s := os.Getenv("FORGE_METAL_POOL_MB"); s != "" {
+		if mb, err := strconv.Atoi(s); err == nil && mb > 0 {
+			p.budget = int64(mb) << 20
+		}
+	}
+	p.poison = os.Getenv("FORGE_METAL_POOL_POISON") == "1"
+}
+
+// take returns a completed free block of class c, if any.
+func (p *pool) take(c int) *block {
+	l := p.free[c]
+	if len(l) == 0 {
+		return nil
+	}
+	k := l[len(l)-1]
+	l[len(l)-1] = nil
+	p.free[c] = l[:len(l)-1]
+	k.slab.live++
+	p.st.Free -= int64(c)
+	p.st.Hits++
+	return k
+}
+
+// need is how many new driver bytes an allocation of class c costs.
+func (p *pool) need(c int) int {
+	if c > slabMaxClass {
+		return c
+	}
+	if s := p.carving[c]; s != nil && s.carved+c <= slabSize {
+		return 0
+	}
+	return slabSize
+}
+
+// grow makes a new block of class c, carving or allocating driver memory.
+func (p *pool) grow(c int) *block {
+	if c > slabMaxClass {
+		s := p.newSlab(c, c)
+		s.carved = c
+		s.live = 1
+		return &block{slab: s, size: c}
+	}
+	s := p.carving[c]
+	if s == nil || s.carved+c > slabSize {
+		s = p.newSlab(slabSize, c)
+		p.carving[c] = s
+	}
+	k := &block{slab: s, off: s.carved, size: c}
+	s.carved += c
+	s.live++
+	return k
+}
+
+func (p *pool) newSlab(size, class int) *slab {
+	buf, err := p.drv.NewBuffer(size)
+	if err != nil {
+		panic(fmt.Sprintf("metal: allocating a %d-byte device buffer (pool holds %d bytes): %v", size, p.st.Bytes, err))
+	}
+	s := &slab{buf: buf, class: class}
+	p.slabs[s] = struct{}{}
+	p.st.NewBufs++
+	p.st.Bytes += int64(size)
+	p.st.Peak = max(p.st.Peak, p.st.Bytes)
+	p.newSinceGC += int64(size)
+	return s
+}
+
+// handOut accounts for a block leaving the pool.
+func (p *pool) handOut(k *block) *block {
+	p.st.Allocs++
+	p.st.Live += int64(k.size)
+	p.st.PeakLive = max(p.st.PeakLive, p.st.Live)
+	if p.poison {
+		b := k.bytes()
+		for i := range b {
+			b[i] = 0xff // NaN as float32, -1 as int32
+		}
+	}
+	return k
+}
+
+// release takes back a block; done is the serial up to which every command
+// buffer has completed.
+func (p *pool) release(k *block, done uint64) {
+	p.st.Live -= int64(k.size)
+	if k.use > done {
+		p.deferred = append(p.deferred, k)
+		p.st.Deferred += int64(k.size)
+		p.st.Deferrals++
+		return
+	}
+	p.toFree(k)
+}
+
+func (p *pool) toFree(k *block) {
+	k.slab.live--
+	p.free[k.size] = append(p.free[k.size], k)
+	p.st.Free += int64(k.size)
+	p.st.Recycled++
+}
+
+// completed moves the deferred blocks whose command buffers have all
+// completed (use ≤ done) to the free lists.
+func (p *pool) completed(done uint64) {
+	if len(p.deferred) == 0 {
+		return
+	}
+	kept := p.deferred[:0]
+	for _, k := range p.deferred {
+		if k.use <= done {
+			p.st.Deferred -= int64(k.size)
+			p.toFree(k)
+		} else {
+			kept = append(kept, k)
+		}
+	}
+	clear(p.deferred[len(kept):])
+	p.deferred = kept
+}
+
+// trim releases driver buffers none of whose blocks is in use or deferred,
+// until at least want bytes are released (want ≤ 0: all of them).
+func (p *pool) trim(want int64) int64 {
+	var got int64
+	idle := map[*slab]bool{}
+	for s := range p.slabs {
+		if s.live == 0 {
+			idle[s] = true
+		}
+	}
+	if len(idle) == 0 {
+		return 0
+	}
+	// Largest first: fewer driver calls for the same memory.
+	order := make([]*slab, 0, len(idle))
+	for s := range idle {
+		order = append(order, s)
+	}
+	slices.SortFunc(order, func(a, b *slab) int { return b.buf.Size() - a.buf.Size() })
+	drop := map[*slab]bool{}
+	for _, s := range order {
+		if want > 0 && got >= want {
+			break
+		}
+		drop[s] = true
+		got += int64(s.buf.Size())
+	}
+	for c, l := range p.free {
+		kept := l[:0]
+		for _, k := range l {
+			if drop[k.slab] {
+				p.st.Free -= int64(k.size)
+			} else {
+				kept = append(kept, k)
+			}
+		}
+		clear(l[len(kept):])
+		if len(kept) == 0 {
+			delete(p.free, c)
+		} else {
+			p.free[c] = kept
+		}
+	}
+	for s := range drop {
+		if p.carving[s.class] == s {
+			delete(p.carving, s.class)
+		}
+		delete(p.slabs, s)
+		p.st.Bytes -= int64(s.buf.Size())
+		p.st.Released++
+		s.buf.Release()
+	}
+	return got
+}
+
+// backgroundGC starts a collection if enough driver memory was allocated
+// since the last one and none is running.
+func (p *pool) backgroundGC() {
+	if p.newSinceGC < poolGCBytes || p.gcBusy() {
+		return
+	}
+	p.startGC()
+}
+
+// gcBusy reports whether a collection the pool started is still running.
+func (p *pool) gcBusy() bool {
+	if p.gcDone == nil {
+		return false
+	}
+	select {
+	case <-p.gcDone:
+		return false
+	default:
+		return true
+	}
+}
+
+// startGC starts a collection (or joins the running one) and returns a
+// channel closed when it finishes.
+func (p *pool) startGC() chan struct{} {
+	if p.gcBusy() {
+		return p.gcDone
+	}
+	p.newSinceGC = 0
+	p.st.GCs++
+	done := make(chan struct{})
+	p.gcDone = done
+	go func() {
+		runtime.GC()
+		close(done)
+	}()
+	return done
+}
+
+// allocLocked returns a block of at least size bytes. Called with mu held.
+func (b *Backend) allocLocked(size int) *block {
+	p := &b.pool
+	c := classSize(size)
+	b.drainReleased()
+	b.pollLocked()
+	if k := p.take(c); k != nil {
+		return p.handOut(k)
+	}
+	if n := p.need(c); n > 0 && p.st.Bytes+int64(n) > p.budget {
+		p.st.Pressure++
+		if k := b.reclaim(c, int64(n)); k != nil {
+			return p.handOut(k)
+		}
+	}
+	k := p.grow(c)
+	p.backgroundGC()
+	return p.handOut(k)
+}
+
+// reclaim makes room for a block of class c needing n new bytes when the
+// pool is at its budget, returning a block if one of class c became free.
+func (b *Backend) reclaim(c int, n int64) *block {
+	p := &b.pool
+	fits := func() bool { return p.st.Bytes+n <= p.budget }
+	try := func() *block {
+		if k := p.take(c); k != nil {
+			return k
+		}
+		if !fits() {
+			p.trim(p.st.Bytes + n - p.budget)
+		}
+		return nil
+	}
+	// 1. Blocks waiting for the current or an in-flight command buffer.
+	if p.st.Deferred > 0 {
+		b.syncLocked()
+		if k := try(); k != nil || fits() {
+			return k
+		}
+	}
+	// 2. Idle driver buffers of other classes.
+	if k := try(); k != nil || fits() {
+		return k
+	}
+	// 3. Unreachable tensors: collect, then give the cleanups a moment to
+	// queue their blocks.
+	if p.st.Live > 0 && p.st.Bytes >= p.noGCBelow {
+		<-p.startGC()
+		deadline := time.Now().Add(5 * time.Millisecond)
+		for {
+			runtime.Gosched()
+			b.relMu.Lock()
+			n := len(b.released)
+			b.relMu.Unlock()
+			if n > 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(200 * time.Microsecond) // let the rest of the batch arrive
+		live := p.st.Live
+		b.drainReleased()
+		if p.st.Live == live {
+			p.noGCBelow = p.st.Bytes + p.st.Bytes/4
+		}
+		if p.st.Deferred > 0 {
+			b.syncLocked()
+		}
+		return try()
+	}
+	return nil
+}
+
+// PoolStats returns the pool's statistics.
+func (b *Backend) PoolStats() PoolStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drainReleased()
+	return b.pool.st
+}
+
+// Trim releases every driver buffer of the pool that holds no live or
+// deferred block (after recycling what GC cleanups queued), returning the
+// bytes released.
+func (b *Backend) Trim() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drainReleased()
+	b.pollLocked()
+	return b.pool.trim(0)
+}

@@ -1,0 +1,18 @@
+package metal
+
+import (
+	"github.com/forgeml/forge/forge/backend"
+)
+
+// Importing the package registers "metal" (the GPU, through
+// Metal.framework) and "metal-emu" (the emulation driver, which runs the
+// same kernels on the CPU; register_emu.go).
+func init() {
+	backend.Register("metal", func() (backend.Backend, error) {
+		drv, err := openGPU()
+		if err != nil {
+			return nil, err
+		}
+		return New(drv), nil
+	})
+}
