@@ -4,7 +4,16 @@
 // reference implementations (Properties), the error contract (BadInput)
 // and the fused training-step kernels (Fused). Each suite function takes
 // the device to test, so every backend runs the same suite; the package's
-// own tests pick the device from FORGE_BACKEND (default "cpu").
+// own tests pick the device from FORGE_BACKEND (default "cpu"; the tests
+// import the Metal backend, so "metal" and "metal-emu" are available).
+//
+// Devices without float64 (Metal) run everything in float32: GradCheck
+// then compares float32 analytic gradients on the device with float64
+// central differences on the cpu device; the few BadInput cases that need
+// a float64 tensor on the device are skipped with that reason. A backend
+// still being built declares the kernels it lacks (PendingKernels, see
+// pending.go): checks that reach one of them are reported by name and
+// counted, not failed; reaching any other missing kernel fails.
 package forgetest
 
 import (
