@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: setup run repl test test-fast bench check-darwin lint golden fuzz notebook test-notebooks
+.PHONY: setup run repl test test-fast bench check-darwin lint golden fuzz notebook test-notebooks test-metal test-metal-emu
 
 setup:
 	@scripts/setup.sh
@@ -14,7 +14,8 @@ repl: run
 
 # The full test run, as CI does it: lint, the darwin cross-build, every
 # package's tests on the CPU backend, the backend suite again with the
-# pure-Go matmul (no BLAS), 200 steps of the tiny model through the REPL
+# pure-Go matmul (no BLAS) and on the Metal kernels through the emulation
+# driver (three thread schedules), 200 steps of the tiny model through the REPL
 # against forge train, a few seconds of every fuzz target, and a
 # one-round smoke run of the benchmark tool so it cannot rot, and the
 # teaching notebooks executed by the real GoNB kernel (installs Jupyter,
@@ -24,6 +25,7 @@ test: lint check-darwin
 	$(GO) test ./...
 	FORGE_BLAS=off $(GO) test ./forge/cpu/ ./forge/forgetest/
 	FORGE_REPL_TINY=1 $(GO) test -run TestReplMatchesTrain ./repl/
+	$(MAKE) --no-print-directory test-metal-emu
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
 	$(GO) run ./tests/benchtrain -quick >/dev/null
@@ -51,10 +53,29 @@ bench:
 	$(GO) run ./tests/bench
 	$(GO) run ./tests/benchtrain
 
-# The Metal users' platform must always build (purego, no cgo).
+# The Metal users' platform must always build (purego, no cgo), and so
+# must the test binaries a Mac runs for `make test-metal`.
 check-darwin:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./...
+	@d=$$(mktemp -d); GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $$d/ ./metal/... ./forge/forgetest/ && \
+		echo "darwin test binaries: $$(cd $$d && ls | tr '\n' ' ')"; rm -rf $$d
+
+# The Metal backend. On a Mac: the conformance suite and the metal package's
+# tests on the GPU, with Metal's API validation and shader validation on.
+# On Linux: the same suites on the emulation driver, which compiles the MSL
+# kernels with clang and runs them on the CPU (threads of a threadgroup as
+# fibers), under forward, reverse and random thread schedules.
+test-metal:
+	MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1 FORGE_BACKEND=metal $(GO) test -count=1 ./metal/... ./forge/forgetest/
+
+# A new random schedule each run (printed; EMU_SEED=n repeats one).
+EMU_SEED ?= $(shell date +%s)
+test-metal-emu:
+	@scripts/setup.sh metal-emu
+	FORGE_BACKEND=metal-emu $(GO) test -count=1 ./metal/... ./kernels/ ./forge/forgetest/
+	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=reverse FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
+	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=random:$(EMU_SEED) FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
