@@ -15,6 +15,9 @@ import (
 	"strings"
 
 	"github.com/forgeml/forge/forge"
+	// The devices FORGE_BACKEND can name besides cpu: metal (macOS on
+	// Apple silicon) and metal-emu (the Metal kernels on the CPU).
+	_ "github.com/forgeml/forge/metal"
 )
 
 // Version is the tool's version.
