@@ -56,7 +56,14 @@ install_jupyter() {
 # The chart check (internal/nbshot) renders the executed notebooks in
 # headless Chromium: FORGE_CHROMIUM names one off PATH (Chrome on a Mac:
 # "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome").
+# The check also draws a control page under require.js, as classic
+# Notebook loads it: FORGE_REQUIREJS names a require.js off Debian's path.
+requirejs=${FORGE_REQUIREJS:-/usr/share/javascript/requirejs/require.min.js}
 install_chromium() {
+  if [ ! -f "$requirejs" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "notebooks: installing libjs-requirejs for the chart check" >&2
+    apt_install libjs-requirejs
+  fi
   if [ -n "${FORGE_CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
     return 0
   fi
@@ -150,7 +157,7 @@ if (cd "$root" && go test -count=1 ./internal/nbshot >"$out/nbshot-test.log" 2>&
 else
   cat "$out/nbshot-test.log"; echo "FAIL nbshot tests"; status=1
 fi
-if ! (cd "$root" && go run ./internal/nbshot -artifacts "$art" "${executed[@]}"); then
+if ! (cd "$root" && go run ./internal/nbshot -artifacts "$art" -requirejs "$requirejs" "${executed[@]}"); then
   status=1
 fi
 echo "charts: checked in Chromium in $(( $(date +%s) - start ))s, screenshots in $art"

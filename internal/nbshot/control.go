@@ -85,13 +85,16 @@ draw();
 
 // controlPage is the control's page, with library as the echarts library
 // output.
-func controlPage(library string) string {
+func controlPage(library string) string { return controlPageHead("", library) }
+
+// controlPageHead is controlPage with extra markup in the head.
+func controlPageHead(head, library string) string {
 	outs := []output{
 		{Cell: 0, Index: 0, HTML: controlChart(controlDrawn, controlOption("drawn: 300 points", true), 300, true)},
 		{Cell: 0, Index: 1, HTML: controlChart(controlEmpty, controlOption("axes only: empty series, the x axis through the middle", false), 300, true)},
 		{Cell: 0, Index: 2, HTML: controlChart(controlUndrawn, "", 300, false)},
 	}
-	return buildPage("nbshot control", library, outs)
+	return buildPageHead("nbshot control", head, library, outs)
 }
 
 // judgeControl checks the control's measurements against controlExpect

@@ -25,12 +25,18 @@
 // series (its x axis line crossing the middle of the plot area), one chart
 // div never drawn — and fails unless the first passes and the other two
 // fail, so every run shows the check can fail on this machine. Its
-// screenshot is kept as DIR/nbshot-control.png.
+// screenshot is kept as DIR/nbshot-control.png. The control runs a second
+// time with require.js loaded first, as classic Notebook pages have it,
+// and with the library output the notebooks carry: a library that let
+// require.js's define() capture it would leave window.echarts unset and
+// the drawn chart blank (checked by hand: an unwrapped echarts fails
+// here); DIR/nbshot-control-requirejs.png.
 package main
 
 import (
 	"flag"
 	"fmt"
+	"html"
 	"image"
 	"image/png"
 	"math"
@@ -55,6 +61,7 @@ func main() {
 	minFrac := flag.Float64("min-fraction", defaultMinFraction, "least fraction of a plot area's pixels that must be drawn")
 	chromium := flag.String("chromium", "", "Chromium executable (default: $FORGE_CHROMIUM, else chromium, chromium-browser, google-chrome on PATH)")
 	echarts := flag.String("echarts", "", "echarts.min.js for the control page (default: notebook/assets/echarts.min.js of this module, else a notebook's own library output)")
+	requirejs := flag.String("requirejs", "/usr/share/javascript/requirejs/require.min.js", "require.js, loaded ahead of the control page once more (classic Notebook's pages have it; Debian: libjs-requirejs)")
 	timeout := flag.Duration("timeout", 60*time.Second, "limit for one Chromium run")
 	keep := flag.Bool("keep", false, "keep the generated pages (they are kept anyway when a check fails)")
 	outline := flag.Bool("outline", false, "also write <notebook>.areas.png: the screenshot with every measured area framed (green passed, red failed)")
@@ -67,7 +74,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	c := &checker{minFrac: *minFrac, artifacts: *artifacts, keep: *keep, outline: *outline}
+	c := &checker{minFrac: *minFrac, artifacts: *artifacts, keep: *keep, outline: *outline, requirejs: *requirejs}
 	path := *chromium
 	if path == "" {
 		path = findBrowser()
@@ -91,6 +98,7 @@ type checker struct {
 	artifacts string
 	keep      bool
 	outline   bool
+	requirejs string // require.js for the control's second page
 	work      string // directory of the generated pages
 	failed    bool
 }
@@ -135,9 +143,32 @@ func (c *checker) main(echartsPath string, notebooks []string) int {
 	if c.work, err = os.MkdirTemp("", "nbshot-"); err != nil {
 		fatalf("%v", err)
 	}
-	if !c.control(lib, from, filepath.Dir(notebooks[0])) {
+	if !c.control("nbshot-control", "", lib, from, filepath.Dir(notebooks[0])) {
 		c.finish()
 		fmt.Printf("nbshot: FAIL: the negative control failed: the measurement cannot tell a drawn chart from a blank one on this machine (%.1fs)\n", time.Since(start).Seconds())
+		return 1
+	}
+	// Classic Notebook pages load require.js, whose global define()
+	// captures a UMD library like echarts unless the library output
+	// hides it: the control again under require.js, with the library
+	// output the notebooks themselves carry (notebook.libraryHTML).
+	if _, err := os.Stat(c.requirejs); err != nil {
+		fatalf("control under require.js: %v (install Debian's libjs-requirejs or pass -requirejs)", err)
+	}
+	nbLib, nbFrom := "", "the first notebook's library output"
+	for _, n := range nbs {
+		if n.charts.Library != "" {
+			nbLib = n.charts.Library
+			break
+		}
+	}
+	if nbLib == "" {
+		nbLib, nbFrom = lib, from
+	}
+	head := fmt.Sprintf("<script src=\"file://%s\"></script>\n", html.EscapeString(c.requirejs))
+	if !c.control("nbshot-control-requirejs", head, nbLib, nbFrom+", under require.js", filepath.Dir(notebooks[0])) {
+		c.finish()
+		fmt.Printf("nbshot: FAIL: under require.js (classic Notebook) the control's charts do not draw as they should (%.1fs)\n", time.Since(start).Seconds())
 		return 1
 	}
 
@@ -218,20 +249,20 @@ func (c *checker) pngPath(name, nbDir string) string {
 
 // control renders and judges the control page; false when the measurement
 // does not tell its charts apart.
-func (c *checker) control(lib, from, nbDir string) bool {
-	page := filepath.Join(c.work, "nbshot-control.html")
-	if err := os.WriteFile(page, []byte(controlPage(lib)), 0o644); err != nil {
+func (c *checker) control(name, head, lib, from, nbDir string) bool {
+	page := filepath.Join(c.work, name+".html")
+	if err := os.WriteFile(page, []byte(controlPageHead(head, lib)), 0o644); err != nil {
 		fatalf("%v", err)
 	}
 	t := time.Now()
-	rep, img, err := c.browser.render(page, c.pngPath("nbshot-control", nbDir))
+	rep, img, err := c.browser.render(page, c.pngPath(name, nbDir))
 	if err != nil {
 		fmt.Printf("nbshot: control: %v\n", err)
 		c.failed = true
 		return false
 	}
 	ms := measure(img, rep)
-	c.writeOutline(c.pngPath("nbshot-control", nbDir), img, ms)
+	c.writeOutline(c.pngPath(name, nbDir), img, ms)
 	for _, m := range ms {
 		want := "fail"
 		if controlExpect[m.Chart.ID] {

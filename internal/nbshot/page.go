@@ -241,12 +241,19 @@ const noProgressive = `<script>
 // is still inside its output (a dashboard's first small chart alone in its
 // flex row, at the full width) and keep that size.
 func buildPage(title, library string, outs []output) string {
+	return buildPageHead(title, "", library, outs)
+}
+
+// buildPageHead is buildPage with extra markup at the end of the head
+// (a <script> the page must load first, such as require.js).
+func buildPageHead(title, head, library string, outs []output) string {
 	var b strings.Builder
 	b.WriteString("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>")
 	b.WriteString(html.EscapeString(title))
 	b.WriteString("</title>\n")
 	b.WriteString(pageCSS)
 	b.WriteString(noProgressive)
+	b.WriteString(head)
 	b.WriteString("</head>\n<body>\n")
 	for _, o := range outs {
 		fmt.Fprintf(&b, "<div class=\"nbshot-output\" data-cell=\"%d\" data-output=\"%d\">\n", o.Cell, o.Index)
