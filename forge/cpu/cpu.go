@@ -285,42 +285,8 @@ type layout struct {
 // first view's). Dimensions of size 1 are dropped and adjacent dimensions
 // merged where every view's strides allow.
 func newLayout(views ...backend.View) layout {
-	shape := views[0].Shape
-	k := len(views)
-	l := layout{strides: make([][]int, k), offsets: make([]int, k)}
-	for v := range views {
-		l.offsets[v] = views[v].Offset
-	}
-	for d := range shape {
-		if shape[d] == 1 {
-			continue
-		}
-		n := len(l.shape)
-		merge := n > 0
-		for v := 0; merge && v < k; v++ {
-			if l.strides[v][n-1] != views[v].Strides[d]*shape[d] {
-				merge = false
-			}
-		}
-		if merge {
-			l.shape[n-1] *= shape[d]
-			for v := range views {
-				l.strides[v][n-1] = views[v].Strides[d]
-			}
-			continue
-		}
-		l.shape = append(l.shape, shape[d])
-		for v := range views {
-			l.strides[v] = append(l.strides[v], views[v].Strides[d])
-		}
-	}
-	if len(l.shape) == 0 {
-		l.shape = []int{1}
-		for v := range views {
-			l.strides[v] = []int{1}
-		}
-	}
-	return l
+	c := backend.Coalesce(views...)
+	return layout{shape: c.Shape, strides: c.Strides, offsets: c.Offsets}
 }
 
 // rows is the number of innermost runs: the product of all but the last
