@@ -93,7 +93,7 @@ func TestSIMDMore(t *testing.T) {
 					ballot |= 1 << l
 				}
 				anyBig = anyBig || e > 40
-				allOK = allOK && e > -100
+				allOK = allOK && e > -40
 				if l%3 == 0 {
 					sum3 += e
 				}

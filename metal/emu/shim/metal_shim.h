@@ -725,9 +725,11 @@ inline simd_vote simd_active_threads_mask(FORGE_SITE) {
     return simd_vote(*(const unsigned long*)forge_rt_simd(nullptr, 0, 0, simd_detail::op_active, forge_file, forge_line));
 }
 inline bool simd_all(bool p, FORGE_SITE) {
-    const unsigned long* r = (const unsigned long*)forge_rt_simd(nullptr, 0, p ? 1 : 0, simd_detail::op_ballot, forge_file, forge_line);
-    const unsigned long* a = (const unsigned long*)forge_rt_simd(nullptr, 0, 0, simd_detail::op_active, forge_file, forge_line);
-    return *r == *a;
+    // Copy each result out before the next call: both calls return the
+    // lane's one result slot, so the second would overwrite the first.
+    const unsigned long r = *(const unsigned long*)forge_rt_simd(nullptr, 0, p ? 1 : 0, simd_detail::op_ballot, forge_file, forge_line);
+    const unsigned long a = *(const unsigned long*)forge_rt_simd(nullptr, 0, 0, simd_detail::op_active, forge_file, forge_line);
+    return r == a;
 }
 inline bool simd_any(bool p, FORGE_SITE) {
     return *(const unsigned long*)forge_rt_simd(nullptr, 0, p ? 1 : 0, simd_detail::op_ballot, forge_file, forge_line) != 0;

@@ -48,7 +48,7 @@ kernel void simd_more(device const float* x [[buffer(0)]],
     simd_vote b = simd_ballot(v > 0);
     o[0] = float(uint(static_cast<simd_vote::vote_t>(b) & 0xffffffffu) % 65521u);
     o[1] = simd_any(v > 40) ? 1 : 0;
-    o[2] = simd_all(v > -100) ? 1 : 0;
+    o[2] = simd_all(v > -40) ? 1 : 0;     // false in simdgroup 0, true in 1
     o[3] = simd_shuffle_up(v, 2);
     o[4] = quad_sum(v);
     o[5] = -1;
