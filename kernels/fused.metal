@@ -1,0 +1,276 @@
+// fused.metal — the fused kernels of the training step, float32,
+// contiguous: Backend.SwiGLU and SwiGLUBackward, Backend.SumSquares and
+// Backend.AdamW.
+//
+// swiglu_f32, swiglu_backward_f32: elementwise (grid-stride loops). They
+// reproduce the unfused composition on this backend bit for bit: silu(a)
+// and the SiLU gradient are written exactly as unary_f32 / unary_grad_f32
+// write them (unary.metal), and each product is rounded where Binary's Mul
+// rounds it:
+//   y  = silu(a)·b
+//   db = g·silu(a),  da = ((g·b)·σ(a))·(1 + a·(1 − σ(a)))
+//
+// sum_squares_f32: Σ src² in two passes of fixed blocks. Pass 1 (constant
+// ss_square): threadgroup k sums the squares of elements k·block …
+// (k+1)·block − 1 into part[k]; pass 2 (ss_square false): one threadgroup
+// sums the partials in order into dst. A single block writes dst directly.
+// Sums are compensated (per-thread two-sums, a fixed butterfly across the
+// lanes, the simdgroups in order through threadgroup memory), so the result
+// is deterministic and within about an ulp of the CPU's float64 sum.
+//
+// adamw_f32: one AdamW update per element (backend.AdamWParams):
+//   m ← β1·m + (1−β1)·g,  v ← β2·v + (1−β2)·g²,
+//   w ← w·decay − step·m / (√v·ibc2 + eps)
+// with decay = 1 − lr·wd, step = lr/(1−β1ᵗ), ibc2 = 1/√(1−β2ᵗ). The CPU
+// computes each element in float64 and rounds each stored value once; here
+// every coefficient arrives as a float pair (hi + lo, from the host's
+// float64) and the arithmetic is float-float (error-free products with fma,
+// two-sums, a corrected square root and quotient), rounded once per stored
+// value, so the result matches the CPU's except at rare rounding ties.
+//
+// Function constants:
+//   0 ss_square (bool): sum_squares_f32: square the inputs (pass 1); else
+//                       add them as they are (pass 2 over the partials).
+#include <metal_stdlib>
+using namespace metal;
+
+enum : uint { FUSED_MAX_SIMDGROUPS = 32 };
+
+struct FusedParams {
+    uint n; // number of elements
+};
+
+constant bool ss_square [[function_constant(0)]];
+
+// The SiLU forms of unary.metal (U_SILU), kept textually identical.
+static inline float fused_sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
+static inline float fused_silu(float x) { return x / (1.0f + exp(-x)); }
+static inline float fused_silu_grad(float x, float g) {
+    float s = fused_sigmoid(x);
+    return g * s * (1.0f + x * (1.0f - s));
+}
+
+kernel void swiglu_f32(device float* y [[buffer(0)]],
+                       const device float* a [[buffer(1)]],
+                       const device float* b [[buffer(2)]],
+                       constant FusedParams& p [[buffer(3)]],
+                       uint gid [[thread_position_in_grid]],
+                       uint gsize [[threads_per_grid]]) {
+    for (uint i = gid; i < p.n; i += gsize) {
+        float s = fused_silu(a[i]);
+        y[i] = s * b[i];
+    }
+}
+
+kernel void swiglu_backward_f32(device float* da [[buffer(0)]],
+                                device float* db [[buffer(1)]],
+                                const device float* a [[buffer(2)]],
+                                const device float* b [[buffer(3)]],
+                                const device float* g [[buffer(4)]],
+                                constant FusedParams& p [[buffer(5)]],
+                                uint gid [[thread_position_in_grid]],
+                                uint gsize [[threads_per_grid]]) {
+    for (uint i = gid; i < p.n; i += gsize) {
+        float x = a[i];
+        float gv = g[i];
+        float gb = gv * b[i];
+        float s = fused_silu(x);
+        db[i] = gv * s;
+        da[i] = fused_silu_grad(x, gb);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// SumSquares
+
+struct SumSqParams {
+    uint n;     // elements (pass 1) or partials (pass 2)
+    uint block; // elements per threadgroup
+};
+
+struct FusedAcc {
+    float s;
+    float c;
+};
+
+static inline void fused_add(thread FusedAcc& a, float x) {
+    float t = a.s + x;
+    if (isfinite(t)) {
+        a.c += fabs(a.s) >= fabs(x) ? (a.s - t) + x : (x - t) + a.s;
+    }
+    a.s = t;
+}
+
+// fused_simd combines the lanes' sums with a butterfly of two-sums; every
+// lane ends with the same total. (s, c) travel as one 64-bit shuffle
+// (simd_shuffle_xor takes integer types only).
+static inline FusedAcc fused_simd(FusedAcc a) {
+    for (ushort m = 16; m >= 1; m >>= 1) {
+        float2 o = as_type<float2>(simd_shuffle_xor(as_type<uint2>(float2(a.s, a.c)), m));
+        a.c += o.y;
+        fused_add(a, o.x);
+    }
+    return a;
+}
+
+kernel void sum_squares_f32(device float* dst [[buffer(0)]],
+                            const device float* src [[buffer(1)]],
+                            constant SumSqParams& p [[buffer(2)]],
+                            uint tg [[threadgroup_position_in_grid]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint tsize [[threads_per_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]],
+                            uint nsg [[simdgroups_per_threadgroup]]) {
+    threadgroup float ps[FUSED_MAX_SIMDGROUPS];
+    threadgroup float pc[FUSED_MAX_SIMDGROUPS];
+
+    const uint lo = tg * p.block;
+    const uint hi = min(lo + p.block, p.n);
+    FusedAcc a;
+    a.s = 0.0f;
+    a.c = 0.0f;
+    for (uint i = lo + tid; i < hi; i += tsize) {
+        float v = src[i];
+        if (ss_square) {
+            float t = v * v;
+            fused_add(a, t);
+            if (isfinite(t)) {
+                a.c += fma(v, v, -t); // the square's rounding error
+            }
+        } else {
+            fused_add(a, v);
+        }
+    }
+    a = fused_simd(a);
+    if (nsg > 1) {
+        if (lane == 0) {
+            ps[sg] = a.s;
+            pc[sg] = a.c;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        FusedAcc b;
+        b.s = lane < nsg ? ps[lane] : 0.0f;
+        b.c = lane < nsg ? pc[lane] : 0.0f;
+        a = fused_simd(b);
+    }
+    if (tid == 0) {
+        dst[tg] = isfinite(a.s) ? a.s + a.c : a.s;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// AdamW
+
+// AdamWParams: each coefficient as a float pair (.x + .y = the host's
+// float64 value).
+struct AdamWParams {
+    uint n;
+    uint pad;
+    float2 b1;    // β1
+    float2 c1;    // 1 − β1
+    float2 b2;    // β2
+    float2 c2;    // 1 − β2
+    float2 ibc2;  // 1/√(1 − β2ᵗ)
+    float2 eps;   // ε
+    float2 decay; // 1 − lr·wd
+    float2 step;  // lr/(1 − β1ᵗ)
+};
+
+// FF is an unevaluated float pair hi + lo.
+struct FF {
+    float hi;
+    float lo;
+};
+
+static inline FF ff_two_sum(float a, float b) {
+    FF r;
+    r.hi = a + b;
+    float bb = r.hi - a;
+    r.lo = (a - (r.hi - bb)) + (b - bb);
+    return r;
+}
+
+static inline FF ff_two_prod(float a, float b) {
+    FF r;
+    r.hi = a * b;
+    r.lo = fma(a, b, -r.hi);
+    return r;
+}
+
+// ff_mul is (c.x + c.y)·x as a pair.
+static inline FF ff_mul(float2 c, float x) {
+    FF r = ff_two_prod(c.x, x);
+    r.lo = fma(c.y, x, r.lo);
+    return r;
+}
+
+// ff_round rounds a pair to float once (non-finite hi passes through).
+static inline float ff_round(FF a) { return isfinite(a.hi) ? a.hi + a.lo : a.hi; }
+
+// ff_add_pairs is a + b for pairs.
+static inline FF ff_add(FF a, FF b) {
+    FF s = ff_two_sum(a.hi, b.hi);
+    s.lo += a.lo + b.lo;
+    return s;
+}
+
+// ff_norm renormalises a pair so that hi = fl(hi + lo).
+static inline FF ff_norm(FF a) {
+    if (!isfinite(a.hi)) {
+        a.lo = 0.0f;
+        return a;
+    }
+    return ff_two_sum(a.hi, a.lo);
+}
+
+kernel void adamw_f32(device float* w [[buffer(0)]],
+                      const device float* grad [[buffer(1)]],
+                      device float* m [[buffer(2)]],
+                      device float* v [[buffer(3)]],
+                      constant AdamWParams& p [[buffer(4)]],
+                      uint gid [[thread_position_in_grid]],
+                      uint gsize [[threads_per_grid]]) {
+    for (uint i = gid; i < p.n; i += gsize) {
+        const float g = grad[i];
+
+        // m ← β1·m + (1−β1)·g
+        const float mi = ff_round(ff_add(ff_mul(p.b1, m[i]), ff_mul(p.c1, g)));
+
+        // v ← β2·v + (1−β2)·g², with g² = q.hi + q.lo exactly.
+        FF q = ff_two_prod(g, g);
+        FF cq = ff_two_prod(p.c2.x, q.hi);
+        cq.lo = fma(p.c2.y, q.hi, fma(p.c2.x, q.lo, cq.lo));
+        const float vi = ff_round(ff_add(ff_mul(p.b2, v[i]), cq));
+        m[i] = mi;
+        v[i] = vi;
+
+        // denom = √v·ibc2 + eps, √v = sh + sl.
+        float sh = sqrt(vi);
+        float sl = 0.0f;
+        if (sh > 0.0f && isfinite(sh)) {
+            sl = fma(-sh, sh, vi) / (2.0f * sh);
+        }
+        FF d = ff_two_prod(sh, p.ibc2.x);
+        d.lo = fma(sh, p.ibc2.y, fma(sl, p.ibc2.x, d.lo));
+        FF e;
+        e.hi = p.eps.x;
+        e.lo = p.eps.y;
+        d = ff_norm(ff_add(d, e));
+
+        // u = step·m/denom, the quotient corrected by its remainder.
+        float qh = mi / d.hi;
+        float ql = 0.0f;
+        if (isfinite(qh) && d.hi != 0.0f) {
+            ql = (fma(-qh, d.hi, mi) - qh * d.lo) / d.hi;
+        }
+        FF u = ff_two_prod(p.step.x, qh);
+        u.lo = fma(p.step.y, qh, fma(p.step.x, ql, u.lo));
+
+        // w ← w·decay − u
+        FF wd = ff_mul(p.decay, w[i]);
+        u.hi = -u.hi;
+        u.lo = -u.lo;
+        w[i] = ff_round(ff_add(wd, u));
+    }
+}
