@@ -1,0 +1,887 @@
+// attention.metal — Backend.Attention and Backend.AttentionBackward: fused
+// scaled-dot-product attention, causal or full, with grouped KV heads,
+// float32 (FlashAttention-2: no (Tq, Tk) matrix is ever stored).
+//
+// Shapes: q, out, dout (B, H, Tq, D); k, v (B, Hkv, Tk, D); lse, delta
+// (B, H, Tq); dq (B, H, Tq, D); dk, dv (B, Hkv, Tk, D). Query head h reads
+// kv head h / G (G = H / Hkv). q, k, v, out and dout are row-strided: row
+// (b, h, t) starts at b·sb + h·sh + t·st (strides in AttnParams, the D
+// elements of a row contiguous); lse, delta, dq, dk and dv are contiguous.
+// With causal, query i sits at absolute position Tk − Tq + i and sees keys
+// 0 … Tk − Tq + i. A row that sees no key gets out = 0, lse = −FLT_MAX and
+// dq = 0. Masked scores never enter an exp: their probability is written
+// as 0, and running maxima start at the finite ATTN_NEG (never −INFINITY:
+// exp(−inf − −inf) is NaN).
+//
+// Fast path (head dims D = 8, 16, …, 128; one instantiation per D, names
+// attention_<part>_d<D>_f32), simdgroup_float8x8 fragments, float32
+// throughout. Every simdgroup owns 8 rows; a threadgroup has 1–4
+// simdgroups (the Go side uses fewer for short Tq or Tk, e.g. decoding).
+// Staged blocks are BK = 32 rows at D ≤ 32, else 16 (K + V tiles ≤ 17 KB,
+// at most ~23 KB of threadgroup memory per kernel at D = 128).
+//
+//   attention_fwd: grid (⌈Tq/8n⌉, H, B). Each simdgroup keeps its 8 query
+//     rows Q (D/8 fragments) and the output accumulator O (D/8 fragments)
+//     in registers. Per block of AttnTile<D>::BK keys staged in threadgroup
+//     memory (K and V, zero past Tk): S = Q·Kᵀ (Kᵀ fragments by transposed
+//     loads of the staged K), stored to the simdgroup's scratch; then four
+//     lanes per row update the running max m and sum l (online softmax) and
+//     write P = exp(s·scale − m) (0 where masked); O ← diag(corr)·O (the
+//     per-row correction exp(m_old − m_new) applied as an MMA with a
+//     diagonal matrix built in threadgroup memory — spec-clean, no lane →
+//     element mapping; skipped when every correction is 1), O += P·V. At
+//     the end O ← diag(1/l)·O, lse = m + log l. Causal: key blocks past the
+//     last row's limit are never staged, and a simdgroup skips a block its
+//     rows cannot see; per-element masks run only on blocks that need them.
+//   attention_bwd_delta_f32 (any D): delta = rowsum(dout ∘ out), one
+//     simdgroup per row, compensated (the D term of FlashAttention-2,
+//     hoisted out of the loops).
+//   attention_bwd_dq: grid as the forward. Each simdgroup keeps Q, dO and
+//     the dQ accumulator; per staged K/V block: S = Q·Kᵀ, dP = dO·Vᵀ,
+//     P = exp(s·scale − lse), dS = P ∘ (dP − delta), dQ += dS·K; dq =
+//     scale·dQ.
+//   attention_bwd_dkv: grid (⌈Tk/8n⌉, Hkv, B). Each simdgroup keeps its 8
+//     key rows K, V and the accumulators dK, dV in registers, and walks the
+//     query blocks (BK rows, staged: Q, dO, lse, delta) of every query head
+//     of its kv group in order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (operand roles
+//     swapped, so no transposed data), Pᵀ, dSᵀ as above, dV += Pᵀ·dO,
+//     dK += dSᵀ·Q; dk = scale·dK. Every dk/dv row is written by one
+//     simdgroup in a fixed order: no atomics, deterministic.
+//
+// Reference path (any D, including D % 8 ≠ 0, D > 128 and D = 0): one
+// thread per row, plain loops (attention_naive_fwd_f32 and
+// attention_naive_dq_f32 per query row, attention_naive_dkv_f32 per key
+// row, accumulating into its own output rows).
+//
+// Tile geometry is enumerators (AttnTile), never `constant` variables (a
+// program-scope `constant` is a memory object, not a compile-time
+// constant: fragment loops over it do not unroll and the fragments spill).
+//
+// Function constants (every kernel but attention_bwd_delta):
+//   0 attn_causal (bool): causal masking (else full attention).
+#include <metal_stdlib>
+using namespace metal;
+
+enum : uint {
+    ATTN_SG = 4,      // most simdgroups per threadgroup (8 rows each)
+    ATTN_PAD = 4,     // row padding of the staged tiles (16 bytes)
+    ATTN_DELTA_SG = 8 // simdgroups (rows) per threadgroup of attention_bwd_delta_f32
+};
+
+// The running maximum of a row that has seen no visible score yet.
+#define ATTN_NEG (-0.5f * FLT_MAX)
+
+struct AttnParams {
+    uint B, H, Hkv, G;     // batch, query heads, kv heads, H / Hkv
+    uint Tq, Tk, D;        // query length, key length, head dim
+    float scale;           // multiplies q·k
+    uint q_sb, q_sh, q_st; // q (B, H, Tq, D): row (b, h, i) at b·q_sb + h·q_sh + i·q_st
+    uint k_sb, k_sh, k_st; // k (B, Hkv, Tk, D)
+    uint v_sb, v_sh, v_st; // v (B, Hkv, Tk, D)
+    uint o_sb, o_sh, o_st; // out (B, H, Tq, D)
+    uint g_sb, g_sh, g_st; // dout (B, H, Tq, D)
+};
+
+constant bool attn_causal [[function_constant(0)]];
+
+// AttnTile<D> is the geometry of the fast path at head dim D.
+template <uint D> struct AttnTile {
+    enum : uint {
+        DF = D / 8,              // fragments along D
+        BK = D <= 32 ? 32 : 16,  // rows per staged block: keys (fwd, dq), queries (dkv)
+        BF = BK / 8,             // fragments along a staged block
+        BL = BK / 4,             // elements of a block row per lane (4 lanes per row)
+        LDT = D + ATTN_PAD,      // row length of the staged tiles
+        LDS = BK + ATTN_PAD,     // row length of the per-simdgroup score scratch
+    };
+};
+
+// attn_visible reports whether query i (of Tq, at position shift + i)
+// sees key j (of Tk).
+static inline bool attn_visible(int i, int j, int shift, int tk) {
+    return j < tk && (!attn_causal || j <= shift + i);
+}
+
+// attn_load_rows loads rows row0 … row0+7 of the 8 columns at x (rows ld
+// apart) into m; rows ≥ nrows read as 0 (through the simdgroup's 8×8
+// scratch).
+static inline void attn_load_rows(thread simdgroup_float8x8& m, const device float* x, ulong ld, uint row0,
+                                  uint nrows, threadgroup float* scr, uint lane) {
+    if (row0 + 8 <= nrows) {
+        simdgroup_load(m, x + ulong(row0) * ld, ld);
+        return;
+    }
+    for (uint e = lane; e < 64; e += 32) {
+        const uint r = row0 + e / 8;
+        scr[e] = r < nrows ? x[ulong(r) * ld + e % 8] : 0.0f;
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    simdgroup_load(m, scr, 8);
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+// attn_store_rows stores the rows of m below nrows to x (rows ld apart).
+static inline void attn_store_rows(thread simdgroup_float8x8& m, device float* x, ulong ld, uint row0, uint nrows,
+                                   threadgroup float* scr, uint lane) {
+    if (row0 + 8 <= nrows) {
+        simdgroup_store(m, x + ulong(row0) * ld, ld);
+        return;
+    }
+    simdgroup_store(m, scr, 8);
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = lane; e < 64; e += 32) {
+        const uint r = row0 + e / 8;
+        if (r < nrows) {
+            x[ulong(r) * ld + e % 8] = scr[e];
+        }
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+// attn_stage copies rows row0 … row0+BK−1 of a (rows ld apart, D wide) into
+// the threadgroup tile t (rows LDT apart), zero past nrows.
+template <uint D>
+static inline void attn_stage(threadgroup float* t, const device float* a, ulong ld, uint row0, uint nrows, uint tid,
+                              uint nthr) {
+    typedef AttnTile<D> T;
+    for (uint e = tid; e < T::BK * D; e += nthr) {
+        const uint r = e / D;
+        const uint c = e % D;
+        const uint g = row0 + r;
+        t[r * T::LDT + c] = g < nrows ? a[ulong(g) * ld + c] : 0.0f;
+    }
+}
+
+// attn_pair_max / attn_pair_sum combine a value over the four lanes of a
+// row (lanes 4r … 4r+3). Every lane gets the same bits: the pairs are
+// combined symmetrically.
+static inline float attn_row_max(float x, uint lane) {
+    x = max(x, simd_shuffle(x, ushort(lane ^ 1)));
+    return max(x, simd_shuffle(x, ushort(lane ^ 2)));
+}
+static inline float attn_row_sum(float x, uint lane) {
+    x += simd_shuffle(x, ushort(lane ^ 1));
+    return x + simd_shuffle(x, ushort(lane ^ 2));
+}
+
+template <uint D>
+kernel void attention_fwd(device float* out [[buffer(0)]],
+                          device float* lse [[buffer(1)]],
+                          const device float* q [[buffer(2)]],
+                          const device float* k [[buffer(3)]],
+                          const device float* v [[buffer(4)]],
+                          constant AttnParams& p [[buffer(5)]],
+                          uint3 tg [[threadgroup_position_in_grid]],
+                          uint tid [[thread_index_in_threadgroup]],
+                          uint nthr [[threads_per_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]],
+                          uint sg [[simdgroup_index_in_threadgroup]],
+                          uint nsg [[simdgroups_per_threadgroup]]) {
+    typedef AttnTile<D> T;
+    threadgroup float ks[T::BK * T::LDT];
+    threadgroup float vs[T::BK * T::LDT];
+    threadgroup float scores[ATTN_SG * 8 * T::LDS];
+    threadgroup float diags[ATTN_SG * 64];
+    threadgroup float frags[ATTN_SG * 64];
+
+    const uint b = tg.z;
+    const uint h = tg.y;
+    const uint kvh = h / p.G;
+    const uint i0 = tg.x * nsg * 8;   // the threadgroup's first query row
+    const uint r0 = i0 + sg * 8;      // this simdgroup's first query row
+    const int tk = int(p.Tk);
+    const int shift = tk - int(p.Tq); // query i sits at position shift + i
+    const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    threadgroup float* ss = scores + sg * 8 * T::LDS;
+    threadgroup float* dg = diags + sg * 64;
+    threadgroup float* fr = frags + sg * 64;
+
+    const uint row = lane / 4; // the row this lane updates, and its columns row·… + sub + 4t
+    const uint sub = lane % 4;
+    const int qi = int(r0 + row);
+
+    simdgroup_float8x8 qf[T::DF];
+    simdgroup_float8x8 of[T::DF];
+#pragma clang loop unroll(full)
+    for (uint f = 0; f < T::DF; f++) {
+        attn_load_rows(qf[f], qh + f * 8, p.q_st, r0, p.Tq, fr, lane);
+        of[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    }
+    for (uint e = lane; e < 64; e += 32) {
+        dg[e] = 0.0f;
+    }
+    float m = ATTN_NEG; // the row's running max of the scaled scores
+    float l = 0.0f;     // … and its running sum of exp(s − m)
+
+    // Keys the threadgroup's last real row sees (causal), or all.
+    const int last = int(min(i0 + nsg * 8, p.Tq));
+    const int kend = attn_causal ? min(tk, shift + last) : tk;
+    const bool active = r0 < p.Tq;
+    // The simdgroup's rows see keys below sg_lim (its last row's limit) and
+    // all keys below sg_full (its first row's limit).
+    const int sg_lim = attn_causal ? min(tk, shift + int(r0) + 8) : tk;
+    const int sg_full = attn_causal ? min(tk, shift + int(r0) + 1) : tk;
+
+    for (int kb = 0; kb < kend; kb += int(T::BK)) {
+        attn_stage<D>(ks, kh, p.k_st, uint(kb), p.Tk, tid, nthr);
+        attn_stage<D>(vs, vh, p.v_st, uint(kb), p.Tk, tid, nthr);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+
+        if (active && kb < sg_lim) {
+            // S = Q·Kᵀ (8 × BK) into the scratch.
+#pragma clang loop unroll(full)
+            for (uint j = 0; j < T::BF; j++) {
+                simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+#pragma clang loop unroll(full)
+                for (uint f = 0; f < T::DF; f++) {
+                    simdgroup_float8x8 kt;
+                    simdgroup_load(kt, ks + j * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
+                    simdgroup_multiply_accumulate(s, qf[f], kt, s);
+                }
+                simdgroup_store(s, ss + j * 8, T::LDS);
+            }
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+
+            // Online softmax: four lanes per row.
+            const bool full = kb + int(T::BK) <= sg_full;
+            threadgroup float* sr = ss + row * T::LDS;
+            float x[T::BL];
+            float bm = ATTN_NEG;
+#pragma clang loop unroll(full)
+            for (uint t = 0; t < T::BL; t++) {
+                const uint c = sub + 4 * t;
+                x[t] = sr[c] * p.scale;
+                if (full || attn_visible(qi, kb + int(c), shift, tk)) {
+                    bm = max(bm, x[t]);
+                }
+            }
+            bm = attn_row_max(bm, lane);
+            const float mn = max(m, bm);
+            const float corr = exp2((m - mn) * M_LOG2E_F);
+            float rs = 0.0f;
+#pragma clang loop unroll(full)
+            for (uint t = 0; t < T::BL; t++) {
+                const uint c = sub + 4 * t;
+                float e = 0.0f;
+                if (full || attn_visible(qi, kb + int(c), shift, tk)) {
+                    e = exp2((x[t] - mn) * M_LOG2E_F);
+                }
+                sr[c] = e;
+                rs += e;
+            }
+            rs = attn_row_sum(rs, lane);
+            l = l * corr + rs;
+            m = mn;
+            if (sub == 0) {
+                dg[row * 9] = corr;
+            }
+            const bool rescale = simd_min(corr) < 1.0f; // corr ≤ 1
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+
+            // O ← diag(corr)·O + P·V.
+            if (rescale) {
+                simdgroup_float8x8 dm;
+                simdgroup_load(dm, dg, 8);
+#pragma clang loop unroll(full)
+                for (uint f = 0; f < T::DF; f++) {
+                    simdgroup_multiply(of[f], dm, of[f]);
+                }
+            }
+#pragma clang loop unroll(full)
+            for (uint j = 0; j < T::BF; j++) {
+                simdgroup_float8x8 pf;
+                simdgroup_load(pf, ss + j * 8, T::LDS);
+#pragma clang loop unroll(full)
+                for (uint f = 0; f < T::DF; f++) {
+                    simdgroup_float8x8 vf;
+                    simdgroup_load(vf, vs + j * 8 * T::LDT + f * 8, T::LDT);
+                    simdgroup_multiply_accumulate(of[f], pf, vf, of[f]);
+                }
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+
+    // out = diag(1/l)·O; lse = m + log l (rows that saw nothing: 0, −FLT_MAX).
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    if (sub == 0) {
+        dg[row * 9] = l > 0.0f ? 1.0f / l : 0.0f;
+        if (active && uint(qi) < p.Tq) {
+            lse[(ulong(b) * p.H + h) * p.Tq + uint(qi)] = l > 0.0f ? m + log(l) : -FLT_MAX;
+        }
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    if (active) {
+        simdgroup_float8x8 dm;
+        simdgroup_load(dm, dg, 8);
+        device float* oh = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh;
+#pragma clang loop unroll(full)
+        for (uint f = 0; f < T::DF; f++) {
+            simdgroup_multiply(of[f], dm, of[f]);
+            attn_store_rows(of[f], oh + f * 8, p.o_st, r0, p.Tq, fr, lane);
+        }
+    }
+}
+
+// delta[n] = Σ_d dout[n][d]·out[n][d] for every query row n = (b·H + h)·Tq
+// + i; one simdgroup per row, rows numbered x-fastest over a 2-D grid.
+// The sum is compensated (exact products by fma, error-free additions:
+// about twice float32's precision, rounded once at the end): delta is
+// subtracted from dP ≈ delta for the dominant keys of sharp rows, where a
+// float32 sum's rounding error would be amplified into dq and dk. Lane
+// partials meet in threadgroup memory; lane 0 adds them in lane order.
+static inline void attn_two_sum(thread float& hi, thread float& lo, float x) {
+    const float s = hi + x;
+    const float bb = s - hi;
+    lo += (hi - (s - bb)) + (x - bb);
+    hi = s;
+}
+
+kernel void attention_bwd_delta_f32(device float* delta [[buffer(0)]],
+                                    const device float* out [[buffer(1)]],
+                                    const device float* dout [[buffer(2)]],
+                                    constant AttnParams& p [[buffer(3)]],
+                                    uint3 tgpos [[threadgroup_position_in_grid]],
+                                    uint3 ntg [[threadgroups_per_grid]],
+                                    uint lane [[thread_index_in_simdgroup]],
+                                    uint sg [[simdgroup_index_in_threadgroup]],
+                                    uint nsg [[simdgroups_per_threadgroup]]) {
+    threadgroup float parts[ATTN_DELTA_SG * 64];
+
+    const ulong n = (ulong(tgpos.y) * ntg.x + tgpos.x) * nsg + sg;
+    if (n >= ulong(p.B) * p.H * p.Tq) {
+        return; // the whole simdgroup
+    }
+    const uint i = uint(n % p.Tq);
+    const uint bh = uint(n / p.Tq);
+    const uint h = bh % p.H;
+    const uint b = bh / p.H;
+    const device float* o = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh + ulong(i) * p.o_st;
+    const device float* g = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh + ulong(i) * p.g_st;
+    float hi = 0.0f;
+    float lo = 0.0f;
+    for (uint d = lane; d < p.D; d += 32) {
+        const float x = o[d] * g[d];
+        lo += fma(o[d], g[d], -x); // the product's rounding error, exactly
+        attn_two_sum(hi, lo, x);
+    }
+    threadgroup float* pr = parts + sg * 64;
+    pr[2 * lane] = hi;
+    pr[2 * lane + 1] = lo;
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    if (lane == 0) {
+        float s = 0.0f;
+        float c = 0.0f;
+        for (uint l = 0; l < 32; l++) {
+            attn_two_sum(s, c, pr[2 * l]);
+            c += pr[2 * l + 1];
+        }
+        delta[n] = s + c;
+    }
+}
+
+template <uint D>
+kernel void attention_bwd_dq(device float* dq [[buffer(0)]],
+                             const device float* q [[buffer(1)]],
+                             const device float* k [[buffer(2)]],
+                             const device float* v [[buffer(3)]],
+                             const device float* dout [[buffer(4)]],
+                             const device float* lse [[buffer(5)]],
+                             const device float* delta [[buffer(6)]],
+                             constant AttnParams& p [[buffer(7)]],
+                             uint3 tg [[threadgroup_position_in_grid]],
+                             uint tid [[thread_index_in_threadgroup]],
+                             uint nthr [[threads_per_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]],
+                             uint nsg [[simdgroups_per_threadgroup]]) {
+    typedef AttnTile<D> T;
+    threadgroup float ks[T::BK * T::LDT];
+    threadgroup float vs[T::BK * T::LDT];
+    threadgroup float scores[ATTN_SG * 8 * T::LDS];
+    threadgroup float dscores[ATTN_SG * 8 * T::LDS];
+    threadgroup float frags[ATTN_SG * 64];
+
+    const uint b = tg.z;
+    const uint h = tg.y;
+    const uint kvh = h / p.G;
+    const uint i0 = tg.x * nsg * 8;
+    const uint r0 = i0 + sg * 8;
+    const int tk = int(p.Tk);
+    const int shift = tk - int(p.Tq);
+    const ulong bh = ulong(b) * p.H + h;
+    const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+    const device float* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
+    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    threadgroup float* ss = scores + sg * 8 * T::LDS;
+    threadgroup float* ds = dscores + sg * 8 * T::LDS;
+    threadgroup float* fr = frags + sg * 64;
+
+    const uint row = lane / 4;
+    const uint sub = lane % 4;
+    const int qi = int(r0 + row);
+    const bool real = uint(qi) < p.Tq;
+    const float lrow = real ? lse[bh * p.Tq + uint(qi)] : 0.0f;
+    const float drow = real ? delta[bh * p.Tq + uint(qi)] : 0.0f;
+
+    simdgroup_float8x8 qf[T::DF];
+    simdgroup_float8x8 gf[T::DF];
+    simdgroup_float8x8 acc[T::DF];
+#pragma clang loop unroll(full)
+    for (uint f = 0; f < T::DF; f++) {
+        attn_load_rows(qf[f], qh + f * 8, p.q_st, r0, p.Tq, fr, lane);
+        attn_load_rows(gf[f], gh + f * 8, p.g_st, r0, p.Tq, fr, lane);
+        acc[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    }
+
+    const int last = int(min(i0 + nsg * 8, p.Tq));
+    const int kend = attn_causal ? min(tk, shift + last) : tk;
+    const bool active = r0 < p.Tq;
+    const int sg_lim = attn_causal ? min(tk, shift + int(r0) + 8) : tk;
+    const int sg_full = attn_causal ? min(tk, shift + int(r0) + 1) : tk;
+
+    for (int kb = 0; kb < kend; kb += int(T::BK)) {
+        attn_stage<D>(ks, kh, p.k_st, uint(kb), p.Tk, tid, nthr);
+        attn_stage<D>(vs, vh, p.v_st, uint(kb), p.Tk, tid, nthr);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+
+        if (active && kb < sg_lim) {
+            // S = Q·Kᵀ and dP = dO·Vᵀ (8 × BK each) into the scratches.
+#pragma clang loop unroll(full)
+            for (uint j = 0; j < T::BF; j++) {
+                simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+                simdgroup_float8x8 dp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+#pragma clang loop unroll(full)
+                for (uint f = 0; f < T::DF; f++) {
+                    simdgroup_float8x8 kt;
+                    simdgroup_float8x8 vt;
+                    simdgroup_load(kt, ks + j * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
+                    simdgroup_load(vt, vs + j * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
+                    simdgroup_multiply_accumulate(s, qf[f], kt, s);
+                    simdgroup_multiply_accumulate(dp, gf[f], vt, dp);
+                }
+                simdgroup_store(s, ss + j * 8, T::LDS);
+                simdgroup_store(dp, ds + j * 8, T::LDS);
+            }
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+
+            // dS = P ∘ (dP − delta), P = exp(s·scale − lse); 0 where masked.
+            const bool full = kb + int(T::BK) <= sg_full;
+            threadgroup float* sr = ss + row * T::LDS;
+            threadgroup float* dr = ds + row * T::LDS;
+#pragma clang loop unroll(full)
+            for (uint t = 0; t < T::BL; t++) {
+                const uint c = sub + 4 * t;
+                float g = 0.0f;
+                if (full || attn_visible(qi, kb + int(c), shift, tk)) {
+                    const float pr = exp2((sr[c] * p.scale - lrow) * M_LOG2E_F);
+                    g = pr * (dr[c] - drow);
+                }
+                dr[c] = g;
+            }
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+
+            // dQ += dS·K.
+#pragma clang loop unroll(full)
+            for (uint j = 0; j < T::BF; j++) {
+                simdgroup_float8x8 sf;
+                simdgroup_load(sf, ds + j * 8, T::LDS);
+#pragma clang loop unroll(full)
+                for (uint f = 0; f < T::DF; f++) {
+                    simdgroup_float8x8 kf;
+                    simdgroup_load(kf, ks + j * 8 * T::LDT + f * 8, T::LDT);
+                    simdgroup_multiply_accumulate(acc[f], sf, kf, acc[f]);
+                }
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+
+    if (active) {
+        const simdgroup_float8x8 sc(p.scale);
+        device float* dqh = dq + bh * p.Tq * D;
+#pragma clang loop unroll(full)
+        for (uint f = 0; f < T::DF; f++) {
+            simdgroup_multiply(acc[f], sc, acc[f]);
+            attn_store_rows(acc[f], dqh + f * 8, D, r0, p.Tq, fr, lane);
+        }
+    }
+}
+
+template <uint D>
+kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
+                              device float* dv [[buffer(1)]],
+                              const device float* q [[buffer(2)]],
+                              const device float* k [[buffer(3)]],
+                              const device float* v [[buffer(4)]],
+                              const device float* dout [[buffer(5)]],
+                              const device float* lse [[buffer(6)]],
+                              const device float* delta [[buffer(7)]],
+                              constant AttnParams& p [[buffer(8)]],
+                              uint3 tg [[threadgroup_position_in_grid]],
+                              uint tid [[thread_index_in_threadgroup]],
+                              uint nthr [[threads_per_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]],
+                              uint nsg [[simdgroups_per_threadgroup]]) {
+    typedef AttnTile<D> T;
+    threadgroup float qs[T::BK * T::LDT];
+    threadgroup float gs[T::BK * T::LDT];
+    threadgroup float lses[T::BK];
+    threadgroup float deltas[T::BK];
+    threadgroup float scores[ATTN_SG * 8 * T::LDS];
+    threadgroup float dscores[ATTN_SG * 8 * T::LDS];
+    threadgroup float frags[ATTN_SG * 64];
+
+    const uint b = tg.z;
+    const uint kvh = tg.y;
+    const uint j0 = tg.x * nsg * 8;  // the threadgroup's first key row
+    const uint c0 = j0 + sg * 8;     // this simdgroup's first key row
+    const int tq = int(p.Tq);
+    const int tk = int(p.Tk);
+    const int shift = tk - tq;
+    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    threadgroup float* ss = scores + sg * 8 * T::LDS;
+    threadgroup float* ds = dscores + sg * 8 * T::LDS;
+    threadgroup float* fr = frags + sg * 64;
+
+    const uint row = lane / 4; // key row c0 + row; columns are query rows
+    const uint sub = lane % 4;
+    const int kj = int(c0 + row);
+
+    simdgroup_float8x8 kf[T::DF];
+    simdgroup_float8x8 vf[T::DF];
+    simdgroup_float8x8 dkf[T::DF];
+    simdgroup_float8x8 dvf[T::DF];
+#pragma clang loop unroll(full)
+    for (uint f = 0; f < T::DF; f++) {
+        attn_load_rows(kf[f], kh + f * 8, p.k_st, c0, p.Tk, fr, lane);
+        attn_load_rows(vf[f], vh + f * 8, p.v_st, c0, p.Tk, fr, lane);
+        dkf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        dvf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    }
+
+    const bool active = c0 < p.Tk;
+    // Causal: query i sees key j iff i ≥ j − shift. Queries before the
+    // threadgroup's first key's row see none of its keys; the simdgroup's
+    // keys are all seen by queries from c0 + 7 − shift on.
+    int qstart = attn_causal ? max(0, int(j0) - shift) : 0;
+    qstart -= qstart % int(T::BK);
+    const int sg_first = attn_causal ? int(c0) - shift : 0;     // first query that sees key c0
+    const int sg_all = attn_causal ? int(c0) + 7 - shift : 0;   // first query that sees all 8 keys
+    const bool keys_in = c0 + 8 <= p.Tk;
+
+    for (uint hh = 0; hh < p.G; hh++) {
+        const uint h = kvh * p.G + hh;
+        const ulong bh = ulong(b) * p.H + h;
+        const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+        const device float* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
+        for (int ib = qstart; ib < tq; ib += int(T::BK)) {
+            attn_stage<D>(qs, qh, p.q_st, uint(ib), p.Tq, tid, nthr);
+            attn_stage<D>(gs, gh, p.g_st, uint(ib), p.Tq, tid, nthr);
+            for (uint e = tid; e < T::BK; e += nthr) {
+                const int i = ib + int(e);
+                lses[e] = i < tq ? lse[bh * p.Tq + uint(i)] : 0.0f;
+                deltas[e] = i < tq ? delta[bh * p.Tq + uint(i)] : 0.0f;
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+
+            if (active && ib + int(T::BK) > sg_first) {
+                // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (8 keys × BK queries).
+#pragma clang loop unroll(full)
+                for (uint t = 0; t < T::BF; t++) {
+                    simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+                    simdgroup_float8x8 dp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+#pragma clang loop unroll(full)
+                    for (uint f = 0; f < T::DF; f++) {
+                        simdgroup_float8x8 qt;
+                        simdgroup_float8x8 gt;
+                        simdgroup_load(qt, qs + t * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
+                        simdgroup_load(gt, gs + t * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
+                        simdgroup_multiply_accumulate(s, kf[f], qt, s);
+                        simdgroup_multiply_accumulate(dp, vf[f], gt, dp);
+                    }
+                    simdgroup_store(s, ss + t * 8, T::LDS);
+                    simdgroup_store(dp, ds + t * 8, T::LDS);
+                }
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+
+                // Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − delta); 0 where masked.
+                const bool full = keys_in && ib + int(T::BK) <= tq && ib >= sg_all;
+                threadgroup float* sr = ss + row * T::LDS;
+                threadgroup float* dr = ds + row * T::LDS;
+#pragma clang loop unroll(full)
+                for (uint t = 0; t < T::BL; t++) {
+                    const uint c = sub + 4 * t;
+                    const int i = ib + int(c);
+                    float pr = 0.0f;
+                    float g = 0.0f;
+                    if (full || (i < tq && attn_visible(i, kj, shift, tk))) {
+                        pr = exp2((sr[c] * p.scale - lses[c]) * M_LOG2E_F);
+                        g = pr * (dr[c] - deltas[c]);
+                    }
+                    sr[c] = pr;
+                    dr[c] = g;
+                }
+                simdgroup_barrier(mem_flags::mem_threadgroup);
+
+                // dV += Pᵀ·dO, dK += dSᵀ·Q.
+#pragma clang loop unroll(full)
+                for (uint t = 0; t < T::BF; t++) {
+                    simdgroup_float8x8 pf;
+                    simdgroup_float8x8 sf;
+                    simdgroup_load(pf, ss + t * 8, T::LDS);
+                    simdgroup_load(sf, ds + t * 8, T::LDS);
+#pragma clang loop unroll(full)
+                    for (uint f = 0; f < T::DF; f++) {
+                        simdgroup_float8x8 gf;
+                        simdgroup_float8x8 qf;
+                        simdgroup_load(gf, gs + t * 8 * T::LDT + f * 8, T::LDT);
+                        simdgroup_load(qf, qs + t * 8 * T::LDT + f * 8, T::LDT);
+                        simdgroup_multiply_accumulate(dvf[f], pf, gf, dvf[f]);
+                        simdgroup_multiply_accumulate(dkf[f], sf, qf, dkf[f]);
+                    }
+                }
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }
+    }
+
+    if (active) {
+        const simdgroup_float8x8 sc(p.scale);
+        const ulong base = (ulong(b) * p.Hkv + kvh) * p.Tk * D;
+#pragma clang loop unroll(full)
+        for (uint f = 0; f < T::DF; f++) {
+            simdgroup_multiply(dkf[f], sc, dkf[f]);
+            attn_store_rows(dkf[f], dk + base + f * 8, D, c0, p.Tk, fr, lane);
+            attn_store_rows(dvf[f], dv + base + f * 8, D, c0, p.Tk, fr, lane);
+        }
+    }
+}
+
+// ---- reference path: one thread per row, any D ------------------------------
+
+// attn_dot returns Σ_d a[d]·b[d] over n elements.
+static inline float attn_dot(const device float* a, const device float* b, uint n) {
+    float s = 0.0f;
+    for (uint d = 0; d < n; d++) {
+        s = fma(a[d], b[d], s);
+    }
+    return s;
+}
+
+// attn_row_index is the row a reference thread handles (rows numbered
+// x-fastest over a 2-D grid of threadgroups).
+static inline ulong attn_row_index(uint3 tgpos, uint3 ntg, uint tid, uint tsize) {
+    return (ulong(tgpos.y) * ntg.x + tgpos.x) * tsize + tid;
+}
+
+kernel void attention_naive_fwd_f32(device float* out [[buffer(0)]],
+                                    device float* lse [[buffer(1)]],
+                                    const device float* q [[buffer(2)]],
+                                    const device float* k [[buffer(3)]],
+                                    const device float* v [[buffer(4)]],
+                                    constant AttnParams& p [[buffer(5)]],
+                                    uint3 tgpos [[threadgroup_position_in_grid]],
+                                    uint3 ntg [[threadgroups_per_grid]],
+                                    uint tid [[thread_index_in_threadgroup]],
+                                    uint tsize [[threads_per_threadgroup]]) {
+    const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
+    if (n >= ulong(p.B) * p.H * p.Tq) {
+        return;
+    }
+    const uint i = uint(n % p.Tq);
+    const uint bh = uint(n / p.Tq);
+    const uint h = bh % p.H;
+    const uint b = bh / p.H;
+    const uint kvh = h / p.G;
+    const device float* qr = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh + ulong(i) * p.q_st;
+    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    device float* orow = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh + ulong(i) * p.o_st;
+    const int lim = attn_causal ? min(int(p.Tk), int(p.Tk) - int(p.Tq) + int(i) + 1) : int(p.Tk);
+    const uint nk = uint(max(lim, 0));
+
+    float m = ATTN_NEG;
+    float l = 0.0f;
+    for (uint j = 0; j < nk; j++) {
+        const float s = attn_dot(qr, kh + ulong(j) * p.k_st, p.D) * p.scale;
+        const float mn = max(m, s);
+        l = l * exp(m - mn) + exp(s - mn);
+        m = mn;
+    }
+    for (uint d = 0; d < p.D; d++) {
+        orow[d] = 0.0f;
+    }
+    if (nk == 0) {
+        lse[n] = -FLT_MAX;
+        return;
+    }
+    const float inv = 1.0f / l;
+    for (uint j = 0; j < nk; j++) {
+        const float s = attn_dot(qr, kh + ulong(j) * p.k_st, p.D) * p.scale;
+        const float pr = exp(s - m) * inv;
+        const device float* vr = vh + ulong(j) * p.v_st;
+        for (uint d = 0; d < p.D; d++) {
+            orow[d] = fma(pr, vr[d], orow[d]);
+        }
+    }
+    lse[n] = m + log(l);
+}
+
+kernel void attention_naive_dq_f32(device float* dq [[buffer(0)]],
+                                   const device float* q [[buffer(1)]],
+                                   const device float* k [[buffer(2)]],
+                                   const device float* v [[buffer(3)]],
+                                   const device float* dout [[buffer(4)]],
+                                   const device float* lse [[buffer(5)]],
+                                   const device float* delta [[buffer(6)]],
+                                   constant AttnParams& p [[buffer(7)]],
+                                   uint3 tgpos [[threadgroup_position_in_grid]],
+                                   uint3 ntg [[threadgroups_per_grid]],
+                                   uint tid [[thread_index_in_threadgroup]],
+                                   uint tsize [[threads_per_threadgroup]]) {
+    const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
+    if (n >= ulong(p.B) * p.H * p.Tq) {
+        return;
+    }
+    const uint i = uint(n % p.Tq);
+    const uint bh = uint(n / p.Tq);
+    const uint h = bh % p.H;
+    const uint b = bh / p.H;
+    const uint kvh = h / p.G;
+    const device float* qr = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh + ulong(i) * p.q_st;
+    const device float* gr = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh + ulong(i) * p.g_st;
+    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    device float* dr = dq + n * p.D;
+    const int lim = attn_causal ? min(int(p.Tk), int(p.Tk) - int(p.Tq) + int(i) + 1) : int(p.Tk);
+    const uint nk = uint(max(lim, 0));
+    const float lr = lse[n];
+    const float dl = delta[n];
+
+    for (uint d = 0; d < p.D; d++) {
+        dr[d] = 0.0f;
+    }
+    for (uint j = 0; j < nk; j++) {
+        const device float* kr = kh + ulong(j) * p.k_st;
+        const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lr);
+        const float g = pr * (attn_dot(gr, vh + ulong(j) * p.v_st, p.D) - dl);
+        for (uint d = 0; d < p.D; d++) {
+            dr[d] = fma(g, kr[d], dr[d]);
+        }
+    }
+    for (uint d = 0; d < p.D; d++) {
+        dr[d] *= p.scale;
+    }
+}
+
+kernel void attention_naive_dkv_f32(device float* dk [[buffer(0)]],
+                                    device float* dv [[buffer(1)]],
+                                    const device float* q [[buffer(2)]],
+                                    const device float* k [[buffer(3)]],
+                                    const device float* v [[buffer(4)]],
+                                    const device float* dout [[buffer(5)]],
+                                    const device float* lse [[buffer(6)]],
+                                    const device float* delta [[buffer(7)]],
+                                    constant AttnParams& p [[buffer(8)]],
+                                    uint3 tgpos [[threadgroup_position_in_grid]],
+                                    uint3 ntg [[threadgroups_per_grid]],
+                                    uint tid [[thread_index_in_threadgroup]],
+                                    uint tsize [[threads_per_threadgroup]]) {
+    const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
+    if (n >= ulong(p.B) * p.Hkv * p.Tk) {
+        return;
+    }
+    const uint j = uint(n % p.Tk);
+    const uint bk = uint(n / p.Tk);
+    const uint kvh = bk % p.Hkv;
+    const uint b = bk / p.Hkv;
+    const device float* kr = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh + ulong(j) * p.k_st;
+    const device float* vr = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh + ulong(j) * p.v_st;
+    device float* dkr = dk + n * p.D;
+    device float* dvr = dv + n * p.D;
+    // Causal: query i sees key j iff i ≥ j − (Tk − Tq).
+    const uint first = attn_causal ? uint(max(int(j) - (int(p.Tk) - int(p.Tq)), 0)) : 0u;
+
+    for (uint d = 0; d < p.D; d++) {
+        dkr[d] = 0.0f;
+        dvr[d] = 0.0f;
+    }
+    for (uint hh = 0; hh < p.G; hh++) {
+        const uint h = kvh * p.G + hh;
+        const ulong bh = ulong(b) * p.H + h;
+        const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+        const device float* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
+        for (uint i = first; i < p.Tq; i++) {
+            const device float* qr = qh + ulong(i) * p.q_st;
+            const device float* gr = gh + ulong(i) * p.g_st;
+            const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lse[bh * p.Tq + i]);
+            const float g = pr * (attn_dot(gr, vr, p.D) - delta[bh * p.Tq + i]);
+            for (uint d = 0; d < p.D; d++) {
+                dvr[d] = fma(pr, gr[d], dvr[d]);
+                dkr[d] = fma(g, qr[d], dkr[d]);
+            }
+        }
+    }
+    for (uint d = 0; d < p.D; d++) {
+        dkr[d] *= p.scale;
+    }
+}
+
+// ---- instantiations of the fast path ----------------------------------------
+
+template [[host_name("attention_fwd_d8_f32")]] [[kernel]] void attention_fwd<8>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d16_f32")]] [[kernel]] void attention_fwd<16>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d24_f32")]] [[kernel]] void attention_fwd<24>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d32_f32")]] [[kernel]] void attention_fwd<32>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d40_f32")]] [[kernel]] void attention_fwd<40>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d48_f32")]] [[kernel]] void attention_fwd<48>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d56_f32")]] [[kernel]] void attention_fwd<56>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d64_f32")]] [[kernel]] void attention_fwd<64>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d72_f32")]] [[kernel]] void attention_fwd<72>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d80_f32")]] [[kernel]] void attention_fwd<80>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d88_f32")]] [[kernel]] void attention_fwd<88>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d96_f32")]] [[kernel]] void attention_fwd<96>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d104_f32")]] [[kernel]] void attention_fwd<104>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d112_f32")]] [[kernel]] void attention_fwd<112>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d120_f32")]] [[kernel]] void attention_fwd<120>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d128_f32")]] [[kernel]] void attention_fwd<128>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dq_d8_f32")]] [[kernel]] void attention_bwd_dq<8>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d16_f32")]] [[kernel]] void attention_bwd_dq<16>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d24_f32")]] [[kernel]] void attention_bwd_dq<24>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d32_f32")]] [[kernel]] void attention_bwd_dq<32>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d40_f32")]] [[kernel]] void attention_bwd_dq<40>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d48_f32")]] [[kernel]] void attention_bwd_dq<48>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d56_f32")]] [[kernel]] void attention_bwd_dq<56>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d64_f32")]] [[kernel]] void attention_bwd_dq<64>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d72_f32")]] [[kernel]] void attention_bwd_dq<72>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d80_f32")]] [[kernel]] void attention_bwd_dq<80>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d88_f32")]] [[kernel]] void attention_bwd_dq<88>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d96_f32")]] [[kernel]] void attention_bwd_dq<96>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d104_f32")]] [[kernel]] void attention_bwd_dq<104>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d112_f32")]] [[kernel]] void attention_bwd_dq<112>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d120_f32")]] [[kernel]] void attention_bwd_dq<120>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d128_f32")]] [[kernel]] void attention_bwd_dq<128>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dkv_d8_f32")]] [[kernel]] void attention_bwd_dkv<8>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d16_f32")]] [[kernel]] void attention_bwd_dkv<16>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d24_f32")]] [[kernel]] void attention_bwd_dkv<24>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d32_f32")]] [[kernel]] void attention_bwd_dkv<32>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d40_f32")]] [[kernel]] void attention_bwd_dkv<40>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d48_f32")]] [[kernel]] void attention_bwd_dkv<48>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d56_f32")]] [[kernel]] void attention_bwd_dkv<56>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d64_f32")]] [[kernel]] void attention_bwd_dkv<64>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d72_f32")]] [[kernel]] void attention_bwd_dkv<72>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d80_f32")]] [[kernel]] void attention_bwd_dkv<80>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d88_f32")]] [[kernel]] void attention_bwd_dkv<88>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d96_f32")]] [[kernel]] void attention_bwd_dkv<96>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d104_f32")]] [[kernel]] void attention_bwd_dkv<104>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d112_f32")]] [[kernel]] void attention_bwd_dkv<112>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d120_f32")]] [[kernel]] void attention_bwd_dkv<120>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d128_f32")]] [[kernel]] void attention_bwd_dkv<128>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);

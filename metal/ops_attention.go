@@ -1,0 +1,315 @@
+package metal
+
+// Attention and AttentionBackward (kernels/attention.metal): fused
+// FlashAttention-2 kernels on simdgroup_float8x8 fragments for head dims
+// 8, 16, …, 128, and a one-thread-per-row reference path for every other
+// head dim (D % 8 ≠ 0, D > 128, D = 0). The backward runs three kernels:
+// delta = rowsum(dout ∘ out) into a scratch buffer, then dq (parallel over
+// query blocks) and dk/dv (parallel over key blocks, each walking the query
+// blocks of every query head of its kv group, so no atomics and a fixed
+// order: deterministic).
+//
+// q, k, v, out and dout may be row-strided (backend.RowStridedAttention):
+// stride 1 on D, any non-negative strides on B, H and T. lse, dq, dk and dv
+// are contiguous.
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sync/atomic"
+
+	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/kernels"
+)
+
+// Geometry of kernels/attention.metal: ATTN_SG simdgroups of 8 rows at most
+// per threadgroup on the fast path, which covers head dims that are
+// multiples of 8 up to attnMaxFastD; the reference kernels run
+// attnNaiveThreads threads per threadgroup, one per row, and the delta
+// kernel attnDeltaRows simdgroups (ATTN_DELTA_SG), one per row.
+const (
+	attnSG           = 4
+	attnMaxFastD     = 128
+	attnNaiveThreads = 64
+	attnDeltaRows    = 8
+	attnMaxGrid      = 65535 // threadgroups along the grid's y and z
+)
+
+// naiveAttention routes attention to the reference kernels:
+// FORGE_METAL_ATTENTION=naive sets it at start-up (to rule the fast
+// kernels in or out when a result looks wrong on a GPU); tests compare the
+// two.
+var naiveAttention atomic.Bool
+
+func init() {
+	if os.Getenv("FORGE_METAL_ATTENTION") == "naive" {
+		naiveAttention.Store(true)
+	}
+}
+
+const (
+	kAttention     = "attention"
+	kAttentionBack = "attention_backward"
+)
+
+var (
+	kAttnDelta    = kernels.Name("attention", "bwd", "delta", "f32")
+	kAttnNaiveFwd = kernels.Name("attention", "naive", "fwd", "f32")
+	kAttnNaiveDQ  = kernels.Name("attention", "naive", "dq", "f32")
+	kAttnNaiveDKV = kernels.Name("attention", "naive", "dkv", "f32")
+)
+
+// attnFast is the fast-path kernel part ("fwd", "bwd_dq", "bwd_dkv") at
+// head dim d.
+func attnFast(part string, d int) string {
+	return kernels.Name("attention", part, fmt.Sprintf("d%d", d), "f32")
+}
+
+// attnParams mirrors AttnParams in kernels/attention.metal.
+type attnParams struct {
+	B, H, Hkv, G  uint32
+	Tq, Tk, D     uint32
+	Scale         float32
+	QSb, QSh, QSt uint32
+	KSb, KSh, KSt uint32
+	VSb, VSh, VSt uint32
+	OSb, OSh, OSt uint32
+	GSb, GSh, GSt uint32
+}
+
+// attnDims are the sizes of one call.
+type attnDims struct {
+	B, H, Hkv, G, Tq, Tk, D int
+}
+
+// RowStridedAttention marks that Attention and AttentionBackward take q,
+// k, v, out and dout with contiguous rows and any non-negative strides on
+// their other axes (backend.RowStridedAttention).
+func (b *Backend) RowStridedAttention() {}
+
+// attnCheck validates the shapes of q, k, v and returns the sizes.
+func attnCheck(op string, q, k, v backend.View) attnDims {
+	if len(q.Shape) != 4 || len(k.Shape) != 4 || len(v.Shape) != 4 {
+		panic(fmt.Sprintf("metal: %s: q, k, v must be 4-D, got %v, %v, %v", op, q.Shape, k.Shape, v.Shape))
+	}
+	s := attnDims{B: q.Shape[0], H: q.Shape[1], Tq: q.Shape[2], D: q.Shape[3], Hkv: k.Shape[1], Tk: k.Shape[2]}
+	for i := range 4 {
+		if k.Shape[i] != v.Shape[i] {
+			panic(fmt.Sprintf("metal: %s: k %v and v %v differ", op, k.Shape, v.Shape))
+		}
+	}
+	if k.Shape[0] != s.B || k.Shape[3] != s.D {
+		panic(fmt.Sprintf("metal: %s: k %v does not match q %v", op, k.Shape, q.Shape))
+	}
+	if s.Hkv <= 0 || s.H%s.Hkv != 0 {
+		panic(fmt.Sprintf("metal: %s: %d query heads are not a multiple of %d kv heads", op, s.H, s.Hkv))
+	}
+	s.G = s.H / s.Hkv
+	for _, n := range []int{s.B, s.H, s.Tq, s.Tk, s.D} {
+		if n > math.MaxInt32 { // positions are int32 in the kernels
+			panic(fmt.Sprintf("metal: %s: size %d beyond the kernels' 32-bit sizes", op, n))
+		}
+	}
+	return s
+}
+
+// attnRowStrides checks that x, of the given shape, has contiguous rows and
+// non-negative strides that fit uint32, and returns its (B, H, T) strides
+// (0 for a dimension of size 1).
+func attnRowStrides(op, name string, x backend.View, shape [4]int) (sb, sh, st uint32) {
+	if len(x.Shape) != 4 || [4]int(x.Shape) != shape {
+		panic(fmt.Sprintf("metal: %s: %s has shape %v, want %v", op, name, x.Shape, shape))
+	}
+	if x.Strides[3] != 1 && x.Shape[3] > 1 {
+		panic(fmt.Sprintf("metal: %s: %s %v with strides %v: its rows must be contiguous", op, name, x.Shape, x.Strides))
+	}
+	var out [3]uint32
+	for d := range 3 {
+		s := x.Strides[d]
+		if x.Shape[d] == 1 {
+			s = 0
+		}
+		if s < 0 || s > math.MaxUint32 {
+			panic(fmt.Sprintf("metal: %s: %s %v has stride %d on axis %d (want 0 … 2³²−1)", op, name, x.Shape, s, d))
+		}
+		out[d] = uint32(s)
+	}
+	return out[0], out[1], out[2]
+}
+
+// attnContiguous checks that x is contiguous with n elements.
+func attnContiguous(op, name string, x backend.View, n int) {
+	if !x.IsContiguous() || x.Numel() != n {
+		panic(fmt.Sprintf("metal: %s: %s %v (strides %v) must be contiguous with %d elements", op, name, x.Shape, x.Strides, n))
+	}
+}
+
+// params builds the kernels' parameter block; out and dout may have a nil
+// Buf (not used by the kernel).
+func (s attnDims) params(op string, p backend.AttentionParams, q, k, v, out, dout backend.View) attnParams {
+	prm := attnParams{
+		B: uint32(s.B), H: uint32(s.H), Hkv: uint32(s.Hkv), G: uint32(s.G),
+		Tq: uint32(s.Tq), Tk: uint32(s.Tk), D: uint32(s.D), Scale: float32(p.Scale),
+	}
+	qs, ks := [4]int{s.B, s.H, s.Tq, s.D}, [4]int{s.B, s.Hkv, s.Tk, s.D}
+	prm.QSb, prm.QSh, prm.QSt = attnRowStrides(op, "q", q, qs)
+	prm.KSb, prm.KSh, prm.KSt = attnRowStrides(op, "k", k, ks)
+	prm.VSb, prm.VSh, prm.VSt = attnRowStrides(op, "v", v, ks)
+	if out.Buf != nil {
+		prm.OSb, prm.OSh, prm.OSt = attnRowStrides(op, "out", out, qs)
+	}
+	if dout.Buf != nil {
+		prm.GSb, prm.GSh, prm.GSt = attnRowStrides(op, "dout", dout, qs)
+	}
+	return prm
+}
+
+// fast reports whether head dim d runs on the simdgroup-matrix kernels.
+func (s attnDims) fast() bool {
+	return s.D%8 == 0 && s.D >= 8 && s.D <= attnMaxFastD && !naiveAttention.Load()
+}
+
+// attnGroups returns the simdgroups per threadgroup for n rows (8 each,
+// at most attnSG) and the number of threadgroups that covers them.
+func attnGroups(n int) (nsg, groups int) {
+	nsg = min(attnSG, (n+7)/8)
+	rows := 8 * nsg
+	return nsg, (n + rows - 1) / rows
+}
+
+// attnBatchChunk is the most batch entries one fast-path dispatch takes
+// (the grid's z extent; tests lower it to exercise the split).
+var attnBatchChunk = attnMaxGrid
+
+// attnBatches calls fn for chunks [b0, b0+nb) of the batch that fit the
+// grid's z extent.
+func attnBatches(batch int, fn func(b0, nb int)) {
+	for b0 := 0; b0 < batch; b0 += attnBatchChunk {
+		fn(b0, min(attnBatchChunk, batch-b0))
+	}
+}
+
+// attnAt returns x moved by n elements (a batch chunk's start).
+func attnAt(x backend.View, n int) backend.View {
+	if x.Buf != nil {
+		x.Offset += n
+	}
+	return x
+}
+
+// attnNaiveGrid is the grid of a reference kernel over n rows.
+func attnNaiveGrid(n int) (groups, threads [3]int) {
+	return rowGrid((n + attnNaiveThreads - 1) / attnNaiveThreads), [3]int{attnNaiveThreads, 1, 1}
+}
+
+// Attention computes out = softmax(scale·q·kᵀ [causal mask])·v and the row
+// log-sum-exp lse of the scaled, masked scores, float32.
+func (b *Backend) Attention(out, lse, q, k, v backend.View, p backend.AttentionParams) {
+	checkKernelDType(kAttention, onlyF32, out, lse, q, k, v)
+	s := attnCheck(kAttention, q, k, v)
+	prm := s.params(kAttention, p, q, k, v, out, backend.View{})
+	attnContiguous(kAttention, "lse", lse, s.B*s.H*s.Tq)
+	rows := s.B * s.H * s.Tq
+	if rows == 0 {
+		return
+	}
+	causal := cBool(0, p.Causal)
+	if !s.fast() {
+		key := pkey(kAttnNaiveFwd, causal)
+		groups, threads := attnNaiveGrid(rows)
+		b.run(kAttnNaiveFwd, key, groups, threads, b.arg(out), b.arg(lse), b.arg(q), b.arg(k), b.arg(v), bytesArg(prm))
+		return
+	}
+	if s.H > attnMaxGrid {
+		panic(fmt.Sprintf("metal: %s: %d heads, more than the grid's %d", kAttention, s.H, attnMaxGrid))
+	}
+	name := attnFast("fwd", s.D)
+	key := pkey(name, causal)
+	nsg, nqb := attnGroups(s.Tq)
+	attnBatches(s.B, func(b0, nb int) {
+		c := prm
+		c.B = uint32(nb)
+		b.run(name, key, [3]int{nqb, s.H, nb}, [3]int{32 * nsg, 1, 1},
+			b.arg(attnAt(out, b0*int(prm.OSb))), b.arg(attnAt(lse, b0*s.H*s.Tq)),
+			b.arg(attnAt(q, b0*int(prm.QSb))), b.arg(attnAt(k, b0*int(prm.KSb))), b.arg(attnAt(v, b0*int(prm.VSb))), bytesArg(c))
+	})
+}
+
+// AttentionBackward writes dq, dk and dv (overwriting them) from the
+// forward's inputs, its output and lse, and the upstream gradient dout,
+// float32.
+func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.View, p backend.AttentionParams) {
+	checkKernelDType(kAttentionBack, onlyF32, dq, dk, dv, q, k, v, out, lse, dout)
+	s := attnCheck(kAttentionBack, q, k, v)
+	prm := s.params(kAttentionBack, p, q, k, v, out, dout)
+	qn, kn := s.B*s.H*s.Tq, s.B*s.Hkv*s.Tk
+	attnContiguous(kAttentionBack, "lse", lse, qn)
+	attnContiguous(kAttentionBack, "dq", dq, qn*s.D)
+	attnContiguous(kAttentionBack, "dk", dk, kn*s.D)
+	attnContiguous(kAttentionBack, "dv", dv, kn*s.D)
+	if s.D == 0 || (qn == 0 && kn == 0) {
+		return // every gradient is empty
+	}
+	causal := cBool(0, p.Causal)
+
+	// delta = rowsum(dout ∘ out), one float per query row.
+	var delta backend.View
+	if qn > 0 {
+		buf := b.Alloc(backend.Float32, qn)
+		defer b.Free(buf) // reused only after the command buffer completes
+		delta = backend.View{Buf: buf, Shape: []int{qn}, Strides: []int{1}}
+		b.run(kAttnDelta, pkey(kAttnDelta), rowGrid((qn+attnDeltaRows-1)/attnDeltaRows), [3]int{32 * attnDeltaRows, 1, 1},
+			b.arg(delta), b.arg(out), b.arg(dout), bytesArg(prm))
+	} else {
+		delta = backend.View{} // no query rows: dk = dv = 0
+	}
+
+	if !s.fast() {
+		if qn > 0 {
+			key := pkey(kAttnNaiveDQ, causal)
+			groups, threads := attnNaiveGrid(qn)
+			b.run(kAttnNaiveDQ, key, groups, threads, b.arg(dq), b.arg(q), b.arg(k), b.arg(v), b.arg(dout),
+				b.arg(lse), b.arg(delta), bytesArg(prm))
+		}
+		if kn > 0 {
+			key := pkey(kAttnNaiveDKV, causal)
+			groups, threads := attnNaiveGrid(kn)
+			b.run(kAttnNaiveDKV, key, groups, threads, b.arg(dk), b.arg(dv), b.arg(q), b.arg(k), b.arg(v), b.arg(dout),
+				b.arg(lse), b.arg(delta), bytesArg(prm))
+		}
+		return
+	}
+	if s.H > attnMaxGrid {
+		panic(fmt.Sprintf("metal: %s: %d heads, more than the grid's %d", kAttentionBack, s.H, attnMaxGrid))
+	}
+	if qn > 0 {
+		name := attnFast("bwd_dq", s.D)
+		key := pkey(name, causal)
+		nsg, nqb := attnGroups(s.Tq)
+		attnBatches(s.B, func(b0, nb int) {
+			c := prm
+			c.B = uint32(nb)
+			rows := b0 * s.H * s.Tq
+			b.run(name, key, [3]int{nqb, s.H, nb}, [3]int{32 * nsg, 1, 1},
+				b.arg(attnAt(dq, rows*s.D)), b.arg(attnAt(q, b0*int(prm.QSb))), b.arg(attnAt(k, b0*int(prm.KSb))),
+				b.arg(attnAt(v, b0*int(prm.VSb))), b.arg(attnAt(dout, b0*int(prm.GSb))), b.arg(attnAt(lse, rows)),
+				b.arg(attnAt(delta, rows)), bytesArg(c))
+		})
+	}
+	if kn > 0 {
+		name := attnFast("bwd_dkv", s.D)
+		key := pkey(name, causal)
+		nsg, nkb := attnGroups(s.Tk)
+		attnBatches(s.B, func(b0, nb int) {
+			c := prm
+			c.B = uint32(nb)
+			rows := b0 * s.H * s.Tq
+			krows := b0 * s.Hkv * s.Tk
+			b.run(name, key, [3]int{nkb, s.Hkv, nb}, [3]int{32 * nsg, 1, 1},
+				b.arg(attnAt(dk, krows*s.D)), b.arg(attnAt(dv, krows*s.D)), b.arg(attnAt(q, b0*int(prm.QSb))),
+				b.arg(attnAt(k, b0*int(prm.KSb))), b.arg(attnAt(v, b0*int(prm.VSb))), b.arg(attnAt(dout, b0*int(prm.GSb))),
+				b.arg(attnAt(lse, rows)), b.arg(attnAt(delta, rows)), bytesArg(c))
+		})
+	}
+}

@@ -1,0 +1,634 @@
+package metal
+
+// Attention and AttentionBackward on the emulator against the CPU backend
+// and a float64 loop: every fast-path head dim the issue names (and the
+// conformance suite's), reference-path head dims, lengths that are not
+// tile multiples, GQA/MQA, causal and full, decode shapes, row-strided
+// operands; bit-identical results under every thread schedule.
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/forge/cpu"
+	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/emu"
+)
+
+// attnTol bounds |metal − cpu| / max(1, |cpu|) for every output (the
+// conformance suite's float32 tolerance).
+const attnTol = 1e-5
+
+var (
+	attnDevOnce sync.Once
+	attnDev     *Backend
+	attnDevErr  error
+)
+
+// attnDevice is an emulated device running kernels/attention.metal alone
+// (so these tests neither wait for nor depend on the other kernel files).
+func attnDevice(t *testing.T) *Backend {
+	t.Helper()
+	attnDevOnce.Do(func() {
+		src := kernels.Sources()
+		drv, err := emu.Open(map[string]string{"attention.metal": src["attention.metal"]}, emu.Options{})
+		if err != nil {
+			attnDevErr = err
+			return
+		}
+		attnDev = New(drv)
+	})
+	if attnDevErr != nil {
+		if strings.Contains(attnDevErr.Error(), "attention.metal") {
+			t.Fatalf("attention.metal does not build: %v", attnDevErr)
+		}
+		t.Skipf("metal-emu is not available here: %v", attnDevErr)
+	}
+	return attnDev
+}
+
+func newAttnEnv(t *testing.T) *opsEnv {
+	t.Helper()
+	return &opsEnv{t: t, dev: attnDevice(t), ref: cpu.New(), rng: rand.New(rand.NewPCG(7, 8))}
+}
+
+// attnCase is one attention call.
+type attnCase struct {
+	B, H, Hkv, Tq, Tk, D int
+	causal               bool
+	scale                float64 // 0: 1/√D
+	strided              bool    // q, k, v, out, dout row-strided with gaps, offsets
+	bcastKV              bool    // k and v with stride 0 over their heads
+}
+
+func (c attnCase) String() string {
+	s := fmt.Sprintf("B%d H%d/%d Tq%d Tk%d D%d", c.B, c.H, c.Hkv, c.Tq, c.Tk, c.D)
+	if c.causal {
+		s += " causal"
+	} else {
+		s += " full"
+	}
+	if c.scale != 0 {
+		s += fmt.Sprintf(" scale %g", c.scale)
+	}
+	if c.strided {
+		s += " strided"
+	}
+	if c.bcastKV {
+		s += " bcast-kv"
+	}
+	return s
+}
+
+func (c attnCase) params() backend.AttentionParams {
+	sc := c.scale
+	if sc == 0 {
+		sc = 1 / math.Sqrt(float64(max(c.D, 1)))
+	}
+	return backend.AttentionParams{Scale: sc, Causal: c.causal}
+}
+
+// spec returns a (b, h, t, d) view spec: contiguous, or (with
+// strided) laid out as (b, t, h, d+gap) at an offset, like the heads of a
+// fused projection seen through a permutation; with bcastH one head's
+// rows repeated over h (stride 0).
+func (c attnCase) spec(b, h, t, d, gap, off int, strided, bcastH bool) vspec {
+	if !strided && !bcastH {
+		return contig(b, h, t, d)
+	}
+	if bcastH {
+		// One head's rows, repeated over h (stride 0).
+		return vspec{shape: []int{b, h, t, d}, strides: []int{t * (d + gap), 0, d + gap, 1}, off: off}
+	}
+	row := d + gap
+	return vspec{shape: []int{b, h, t, d}, strides: []int{t * h * row, row, h * row, 1}, off: off}
+}
+
+// attnData is one case's tensors on both devices, and their host values.
+type attnData struct {
+	c                          attnCase
+	q, k, v, dout              pair
+	out, lse, dq, dk, dv       pair
+	hq, hk, hv, hg             []float32 // host values of q, k, v, dout
+	qs, ks, vs, outSpec, gSpec vspec
+}
+
+func (e *opsEnv) attnData(c attnCase, mag float64) *attnData {
+	a := &attnData{c: c}
+	a.qs = c.spec(c.B, c.H, c.Tq, c.D, 3, 5, c.strided, false)
+	a.ks = c.spec(c.B, c.Hkv, c.Tk, c.D, 2, 3, c.strided, c.bcastKV)
+	a.vs = c.spec(c.B, c.Hkv, c.Tk, c.D, 1, 1, c.strided, c.bcastKV)
+	a.outSpec = c.spec(c.B, c.H, c.Tq, c.D, 0, 2, c.strided, false)
+	a.gSpec = c.spec(c.B, c.H, c.Tq, c.D, 4, 6, c.strided, false)
+	host := func(s vspec) []float32 {
+		h := make([]float32, max(s.extent(), 1))
+		for i := range h {
+			h[i] = float32(mag * e.rng.NormFloat64())
+		}
+		return h
+	}
+	from := func(h []float32) func(int) float64 { return func(i int) float64 { return float64(h[i]) } }
+	nan := func(int) float64 { return math.NaN() }
+	a.hq, a.hk, a.hv, a.hg = host(a.qs), host(a.ks), host(a.vs), host(a.gSpec)
+	a.q = e.newPair(backend.Float32, a.qs, from(a.hq))
+	a.k = e.newPair(backend.Float32, a.ks, from(a.hk))
+	a.v = e.newPair(backend.Float32, a.vs, from(a.hv))
+	a.dout = e.newPair(backend.Float32, a.gSpec, from(a.hg))
+	a.out = e.newPair(backend.Float32, a.outSpec, nan)
+	a.lse = e.newPair(backend.Float32, contig(c.B, c.H, c.Tq), nan)
+	a.dq = e.newPair(backend.Float32, contig(c.B, c.H, c.Tq, c.D), nan)
+	a.dk = e.newPair(backend.Float32, contig(c.B, c.Hkv, c.Tk, c.D), nan)
+	a.dv = e.newPair(backend.Float32, contig(c.B, c.Hkv, c.Tk, c.D), nan)
+	return a
+}
+
+// copyRef makes dst's device buffer a copy of its CPU buffer.
+func (e *opsEnv) copyRef(p pair) {
+	h := make([]float32, p.n)
+	e.ref.Read(p.ref.Buf, h)
+	e.dev.Write(p.dev.Buf, h)
+}
+
+// attnErrs are the largest scaled differences of one case's outputs.
+type attnErrs struct{ out, lse, dq, dk, dv float64 }
+
+func (w *attnErrs) max(o attnErrs) {
+	w.out, w.lse = max(w.out, o.out), max(w.lse, o.lse)
+	w.dq, w.dk, w.dv = max(w.dq, o.dq), max(w.dk, o.dk), max(w.dv, o.dv)
+}
+
+func (w attnErrs) String() string {
+	return fmt.Sprintf("out %.1e lse %.1e dq %.1e dk %.1e dv %.1e", w.out, w.lse, w.dq, w.dk, w.dv)
+}
+
+// runAttnCase runs the forward on both devices and compares; then the
+// backward on both from the CPU's forward results (so only the backward
+// differs) and compares. It returns the errors and the device's times.
+func (e *opsEnv) runAttnCase(c attnCase, mag float64) (errs attnErrs, fwd, bwd time.Duration) {
+	e.t.Helper()
+	a := e.attnData(c, mag)
+	p := c.params()
+	t0 := time.Now()
+	e.dev.Attention(a.out.dev, a.lse.dev, a.q.dev, a.k.dev, a.v.dev, p)
+	e.dev.Sync()
+	fwd = time.Since(t0)
+	e.ref.Attention(a.out.ref, a.lse.ref, a.q.ref, a.k.ref, a.v.ref, p)
+	errs.out = e.compare(c.String()+": out", a.out, attnTol)
+	errs.lse = e.compare(c.String()+": lse", a.lse, attnTol)
+
+	e.copyRef(a.out)
+	e.copyRef(a.lse)
+	t0 = time.Now()
+	e.dev.AttentionBackward(a.dq.dev, a.dk.dev, a.dv.dev, a.q.dev, a.k.dev, a.v.dev, a.out.dev, a.lse.dev, a.dout.dev, p)
+	e.dev.Sync()
+	bwd = time.Since(t0)
+	e.ref.AttentionBackward(a.dq.ref, a.dk.ref, a.dv.ref, a.q.ref, a.k.ref, a.v.ref, a.out.ref, a.lse.ref, a.dout.ref, p)
+	errs.dq = e.compare(c.String()+": dq", a.dq, attnTol)
+	errs.dk = e.compare(c.String()+": dk", a.dk, attnTol)
+	errs.dv = e.compare(c.String()+": dv", a.dv, attnTol)
+	return errs, fwd, bwd
+}
+
+// attnCases covers every fast-path head dim the issue names (32, 64, 80,
+// 128) and the conformance suite's (8, 16), lengths that are not tile
+// multiples (1, 7, 33, 65, 100; blocks are 32 keys at D ≤ 32, else 16,
+// and 8·n query rows), GQA and MQA, causal and full, decode (Tq 1–3),
+// Tq > Tk, row-strided and head-broadcast operands.
+func attnCases(fast bool) []attnCase {
+	dims := []int{8, 16, 32, 64, 80, 128}
+	if !fast {
+		dims = []int{4, 12, 1, 136}
+	}
+	var cs []attnCase
+	for _, d := range dims {
+		cs = append(cs,
+			attnCase{B: 1, H: 2, Hkv: 2, Tq: 7, Tk: 7, D: d, causal: true},
+			attnCase{B: 1, H: 2, Hkv: 1, Tq: 33, Tk: 33, D: d, causal: true},
+			attnCase{B: 2, H: 2, Hkv: 1, Tq: 33, Tk: 33, D: d},
+			attnCase{B: 1, H: 4, Hkv: 2, Tq: 3, Tk: 65, D: d, causal: true},
+		)
+	}
+	cs = append(cs,
+		attnCase{B: 1, H: 1, Hkv: 1, Tq: 1, Tk: 1, D: dims[0], causal: true},
+		attnCase{B: 1, H: 1, Hkv: 1, Tq: 1, Tk: 1, D: dims[1]},
+		attnCase{B: 1, H: 2, Hkv: 1, Tq: 65, Tk: 65, D: dims[1], causal: true},
+		attnCase{B: 1, H: 3, Hkv: 3, Tq: 100, Tk: 100, D: dims[0], causal: true},
+		attnCase{B: 1, H: 1, Hkv: 1, Tq: 100, Tk: 100, D: dims[2]},
+		attnCase{B: 2, H: 4, Hkv: 1, Tq: 1, Tk: 100, D: dims[1], causal: true},
+		attnCase{B: 1, H: 2, Hkv: 2, Tq: 2, Tk: 33, D: dims[2]},
+		attnCase{B: 1, H: 2, Hkv: 1, Tq: 9, Tk: 5, D: dims[0]},                // Tq > Tk, full
+		attnCase{B: 1, H: 2, Hkv: 1, Tq: 40, Tk: 7, D: dims[0], causal: true}, // rows that see no key
+		attnCase{B: 1, H: 2, Hkv: 1, Tq: 17, Tk: 0, D: dims[1]},               // no keys at all
+		attnCase{B: 2, H: 2, Hkv: 1, Tq: 0, Tk: 9, D: dims[1], causal: true},  // no queries: dk = dv = 0
+		attnCase{B: 1, H: 2, Hkv: 1, Tq: 20, Tk: 20, D: dims[1], causal: true, scale: 0.3},
+		attnCase{B: 1, H: 2, Hkv: 1, Tq: 40, Tk: 46, D: dims[0], causal: true}, // Tk − Tq ≢ 0 (mod 8)
+		attnCase{B: 1, H: 2, Hkv: 2, Tq: 35, Tk: 41, D: dims[3], causal: true},
+		attnCase{B: 1, H: 1, Hkv: 1, Tq: 40, Tk: 41, D: dims[0], causal: true},
+		attnCase{B: 1, H: 1, Hkv: 1, Tq: 35, Tk: 36, D: dims[3], causal: true},
+		attnCase{B: 2, H: 4, Hkv: 2, Tq: 33, Tk: 33, D: dims[2], causal: true, strided: true},
+		attnCase{B: 2, H: 2, Hkv: 2, Tq: 3, Tk: 21, D: dims[1], causal: true, strided: true},
+		attnCase{B: 1, H: 4, Hkv: 2, Tq: 12, Tk: 12, D: dims[0], bcastKV: true},
+	)
+	return cs
+}
+
+func TestAttentionFast(t *testing.T) {
+	e := newAttnEnv(t)
+	var worst attnErrs
+	for _, c := range attnCases(true) {
+		errs, fwd, bwd := e.runAttnCase(c, 1)
+		worst.max(errs)
+		t.Logf("%-40s fwd %8v bwd %8v  %v", c, fwd.Round(time.Microsecond), bwd.Round(time.Microsecond), errs)
+	}
+	t.Logf("fast path, max scaled diff vs cpu: %v", worst)
+}
+
+func TestAttentionReference(t *testing.T) {
+	e := newAttnEnv(t)
+	var worst attnErrs
+	for _, c := range attnCases(false) {
+		errs, fwd, bwd := e.runAttnCase(c, 1)
+		worst.max(errs)
+		t.Logf("%-40s fwd %8v bwd %8v  %v", c, fwd.Round(time.Microsecond), bwd.Round(time.Microsecond), errs)
+	}
+	// D = 0: lse = log(keys seen), nothing else to write.
+	for _, c := range []attnCase{{B: 1, H: 2, Hkv: 1, Tq: 5, Tk: 5, causal: true}, {B: 1, H: 1, Hkv: 1, Tq: 3, Tk: 4}} {
+		errs, _, _ := e.runAttnCase(c, 1)
+		worst.max(errs)
+	}
+	t.Logf("reference path, max scaled diff vs cpu: %v", worst)
+}
+
+// TestAttentionBatchSplit runs batches larger than one dispatch takes
+// (split into several, each with its operands' offsets moved).
+func TestAttentionBatchSplit(t *testing.T) {
+	e := newAttnEnv(t)
+	defer func() { attnBatchChunk = attnMaxGrid }()
+	attnBatchChunk = 2
+	for _, c := range []attnCase{
+		{B: 5, H: 2, Hkv: 1, Tq: 9, Tk: 9, D: 8, causal: true},
+		{B: 3, H: 4, Hkv: 2, Tq: 3, Tk: 17, D: 16, causal: true, strided: true},
+	} {
+		errs, _, _ := e.runAttnCase(c, 1)
+		t.Logf("%-40s chunks of 2: %v", c, errs)
+	}
+}
+
+// TestAttentionFastMatchesReference runs the fast and the reference
+// kernels on the device on the same inputs.
+func TestAttentionFastMatchesReference(t *testing.T) {
+	e := newAttnEnv(t)
+	defer naiveAttention.Store(false)
+	for _, c := range []attnCase{
+		{B: 1, H: 2, Hkv: 1, Tq: 33, Tk: 33, D: 16, causal: true},
+		{B: 1, H: 2, Hkv: 2, Tq: 3, Tk: 40, D: 64},
+		{B: 1, H: 2, Hkv: 1, Tq: 20, Tk: 20, D: 40, causal: true, strided: true},
+	} {
+		a := e.attnData(c, 1)
+		p := c.params()
+		var got [2][5][]float32
+		for i, naive := range []bool{false, true} {
+			naiveAttention.Store(naive)
+			e.dev.Attention(a.out.dev, a.lse.dev, a.q.dev, a.k.dev, a.v.dev, p)
+			e.dev.AttentionBackward(a.dq.dev, a.dk.dev, a.dv.dev, a.q.dev, a.k.dev, a.v.dev, a.out.dev, a.lse.dev, a.dout.dev, p)
+			for j, x := range []pair{a.out, a.lse, a.dq, a.dk, a.dv} {
+				got[i][j] = make([]float32, x.n)
+				e.dev.Read(x.dev.Buf, got[i][j])
+			}
+		}
+		worst := 0.0
+		for j := range got[0] {
+			for n := range got[0][j] {
+				g, w := float64(got[0][j][n]), float64(got[1][j][n])
+				d := math.Abs(g-w) / max(1, math.Abs(w))
+				if math.IsNaN(g) != math.IsNaN(w) || d > attnTol {
+					t.Fatalf("%v: output %d element %d: fast %v, reference %v", c, j, n, g, w)
+				}
+				if !math.IsNaN(d) {
+					worst = max(worst, d)
+				}
+			}
+		}
+		t.Logf("%-40s fast vs reference kernels: max scaled diff %.1e", c, worst)
+	}
+}
+
+// attnRef64 computes the forward and backward in float64 straight from
+// the definitions (materialising each row's probabilities).
+func attnRef64(a *attnData, p backend.AttentionParams) (out, lse, dq, dk, dv []float64) {
+	c := a.c
+	G := c.H / c.Hkv
+	at := func(h []float32, s vspec, b, hd, t, d int) float64 {
+		s = s.full()
+		return float64(h[s.off+b*s.strides[0]+hd*s.strides[1]+t*s.strides[2]+d*s.strides[3]])
+	}
+	out = make([]float64, c.B*c.H*c.Tq*c.D)
+	lse = make([]float64, c.B*c.H*c.Tq)
+	dq = make([]float64, len(out))
+	dk = make([]float64, c.B*c.Hkv*c.Tk*c.D)
+	dv = make([]float64, len(dk))
+	for b := range c.B {
+		for h := range c.H {
+			kh := h / G
+			for i := range c.Tq {
+				n := c.Tk
+				if p.Causal {
+					n = min(c.Tk, c.Tk-c.Tq+i+1)
+				}
+				row := (b*c.H+h)*c.Tq + i
+				if n <= 0 {
+					lse[row] = -math.MaxFloat32
+					continue
+				}
+				s := make([]float64, n)
+				m := math.Inf(-1)
+				for j := range n {
+					for d := range c.D {
+						s[j] += at(a.hq, a.qs, b, h, i, d) * at(a.hk, a.ks, b, kh, j, d)
+					}
+					s[j] *= p.Scale
+					m = max(m, s[j])
+				}
+				l := 0.0
+				for j := range n {
+					s[j] = math.Exp(s[j] - m)
+					l += s[j]
+				}
+				lse[row] = m + math.Log(l)
+				delta := 0.0
+				for d := range c.D {
+					o := 0.0
+					for j := range n {
+						o += s[j] / l * at(a.hv, a.vs, b, kh, j, d)
+					}
+					out[row*c.D+d] = o
+					delta += o * at(a.hg, a.gSpec, b, h, i, d)
+				}
+				for j := range n {
+					pj := s[j] / l
+					dp := 0.0
+					for d := range c.D {
+						dp += at(a.hg, a.gSpec, b, h, i, d) * at(a.hv, a.vs, b, kh, j, d)
+					}
+					ds := pj * (dp - delta) * p.Scale
+					kr := ((b*c.Hkv+kh)*c.Tk + j) * c.D
+					for d := range c.D {
+						dq[row*c.D+d] += ds * at(a.hk, a.ks, b, kh, j, d)
+						dk[kr+d] += ds * at(a.hq, a.qs, b, h, i, d)
+						dv[kr+d] += pj * at(a.hg, a.gSpec, b, h, i, d)
+					}
+				}
+			}
+		}
+	}
+	return out, lse, dq, dk, dv
+}
+
+// TestAttentionFloat64 measures the device's (and the CPU's) error against
+// float64 loops, each device running its whole chain (its own forward
+// feeds its backward). With sharp scores (inputs ×5: scores in the
+// hundreds) float32 rounding of the scores alone moves the results by
+// more than the usual tolerance on both devices (P = exp(s − lse) moves
+// by ~1e-5 relative per ulp of a score of ~75, and two float32 dot-product
+// orders differ by an ulp); there the device must stay within three times
+// the CPU's own error (measured: 1–1.9 times).
+func TestAttentionFloat64(t *testing.T) {
+	e := newAttnEnv(t)
+	for _, tc := range []struct {
+		c   attnCase
+		mag float64
+	}{
+		{attnCase{B: 1, H: 2, Hkv: 1, Tq: 33, Tk: 33, D: 64, causal: true}, 1},
+		{attnCase{B: 1, H: 2, Hkv: 2, Tq: 3, Tk: 37, D: 80, causal: true, strided: true}, 1},
+		{attnCase{B: 1, H: 2, Hkv: 1, Tq: 19, Tk: 19, D: 128}, 1},
+		{attnCase{B: 1, H: 2, Hkv: 1, Tq: 19, Tk: 19, D: 12, causal: true}, 1},
+		{attnCase{B: 1, H: 2, Hkv: 1, Tq: 9, Tk: 9, D: 16, causal: true}, 5},
+		{attnCase{B: 1, H: 2, Hkv: 1, Tq: 33, Tk: 33, D: 64}, 5},
+		{attnCase{B: 1, H: 2, Hkv: 1, Tq: 17, Tk: 17, D: 12, causal: true}, 5},
+	} {
+		c := tc.c
+		a := e.attnData(c, tc.mag)
+		p := c.params()
+		wout, wlse, wdq, wdk, wdv := attnRef64(a, p)
+		var errs [2]attnErrs
+		for n, be := range []backend.Backend{e.dev, e.ref} {
+			pick := func(x pair) backend.View {
+				if n == 0 {
+					return x.dev
+				}
+				return x.ref
+			}
+			be.Attention(pick(a.out), pick(a.lse), pick(a.q), pick(a.k), pick(a.v), p)
+			be.AttentionBackward(pick(a.dq), pick(a.dk), pick(a.dv), pick(a.q), pick(a.k), pick(a.v), pick(a.out), pick(a.lse), pick(a.dout), p)
+			read := func(x pair, s vspec) []float64 {
+				h := make([]float32, x.n)
+				be.Read(pick(x).Buf, h)
+				s = s.full()
+				var r []float64
+				sh := s.shape
+				for i0 := range sh[0] {
+					for i1 := range sh[1] {
+						for i2 := range sh[2] {
+							for i3 := range sh[3] {
+								r = append(r, float64(h[s.off+i0*s.strides[0]+i1*s.strides[1]+i2*s.strides[2]+i3*s.strides[3]]))
+							}
+						}
+					}
+				}
+				return r
+			}
+			diff := func(got, want []float64) float64 {
+				w := 0.0
+				for i := range want {
+					d := math.Abs(got[i]-want[i]) / max(1, math.Abs(want[i]))
+					if math.IsNaN(d) {
+						d = math.Inf(1)
+					}
+					w = max(w, d)
+				}
+				return w
+			}
+			errs[n] = attnErrs{
+				out: diff(read(a.out, a.outSpec), wout), lse: diff(read(a.lse, contig(c.B, c.H, c.Tq, 1)), wlse),
+				dq: diff(read(a.dq, contig(c.B, c.H, c.Tq, c.D)), wdq),
+				dk: diff(read(a.dk, contig(c.B, c.Hkv, c.Tk, c.D)), wdk),
+				dv: diff(read(a.dv, contig(c.B, c.Hkv, c.Tk, c.D)), wdv),
+			}
+			t.Logf("%-40s inputs ×%g %-9s vs float64: %v", c, tc.mag, be.Name(), errs[n])
+		}
+		dev := []float64{errs[0].out, errs[0].lse, errs[0].dq, errs[0].dk, errs[0].dv}
+		ref := []float64{errs[1].out, errs[1].lse, errs[1].dq, errs[1].dk, errs[1].dv}
+		for i := range dev {
+			if !(dev[i] <= max(attnTol, 3*ref[i])) {
+				t.Errorf("%v inputs ×%g: error vs float64 %v, beyond %.0e and three times the cpu's %v", c, tc.mag, errs[0], attnTol, errs[1])
+				break
+			}
+		}
+	}
+}
+
+// TestAttentionSchedules: the kernels give bit-identical results under
+// the forward, reverse and random thread orders (a missing barrier would
+// make them depend on the order), and on every run (deterministic).
+func TestAttentionSchedules(t *testing.T) {
+	e := newAttnEnv(t)
+	drv, ok := e.dev.Driver().(*emu.Driver)
+	if !ok {
+		t.Skipf("not the emulator: %T", e.dev.Driver())
+	}
+	defer drv.SetSchedule(emu.Forward, 0)
+	defer naiveAttention.Store(false)
+	cases := []attnCase{
+		{B: 1, H: 2, Hkv: 1, Tq: 33, Tk: 33, D: 16, causal: true},
+		{B: 1, H: 2, Hkv: 2, Tq: 3, Tk: 40, D: 32, causal: true, strided: true},
+		{B: 1, H: 1, Hkv: 1, Tq: 20, Tk: 20, D: 80},
+		{B: 1, H: 2, Hkv: 1, Tq: 9, Tk: 9, D: 12, causal: true},
+	}
+	data := make([]*attnData, len(cases))
+	for i, c := range cases {
+		data[i] = e.attnData(c, 1)
+	}
+	run := func() [][]uint32 {
+		var outs [][]uint32
+		for i, c := range cases {
+			a := data[i]
+			p := c.params()
+			e.dev.Attention(a.out.dev, a.lse.dev, a.q.dev, a.k.dev, a.v.dev, p)
+			e.dev.AttentionBackward(a.dq.dev, a.dk.dev, a.dv.dev, a.q.dev, a.k.dev, a.v.dev, a.out.dev, a.lse.dev, a.dout.dev, p)
+			for _, x := range []pair{a.out, a.lse, a.dq, a.dk, a.dv} {
+				h := make([]float32, x.n)
+				e.dev.Read(x.dev.Buf, h)
+				bits := make([]uint32, len(h))
+				for j, v := range h {
+					bits[j] = math.Float32bits(v)
+				}
+				outs = append(outs, bits)
+			}
+		}
+		return outs
+	}
+	drv.SetSchedule(emu.Forward, 0)
+	want := run()
+	for _, s := range []struct {
+		s    emu.Schedule
+		seed uint64
+	}{{emu.Forward, 0}, {emu.Reverse, 0}, {emu.Random, 1}, {emu.Random, 2}} {
+		drv.SetSchedule(s.s, s.seed)
+		got := run()
+		for i := range want {
+			for j := range want[i] {
+				if got[i][j] != want[i][j] {
+					t.Errorf("schedule %v seed %d: output %d (case %v) element %d: %08x, first forward run %08x",
+						s.s, s.seed, i, cases[i/5], j, got[i][j], want[i][j])
+					break
+				}
+			}
+		}
+	}
+}
+
+// TestAttentionErrors: float64 is refused with the backend's message, bad
+// layouts panic naming the operand, and every kernel the ops launch is
+// defined in the sources.
+func TestAttentionErrors(t *testing.T) {
+	f64 := backend.View{Buf: f64Buf{}, Shape: []int{2}, Strides: []int{1}}
+	b := &Backend{}
+	for name, fn := range map[string]func(){
+		kAttention:     func() { b.Attention(f64, f64, f64, f64, f64, backend.AttentionParams{}) },
+		kAttentionBack: func() { b.AttentionBackward(f64, f64, f64, f64, f64, f64, f64, f64, f64, backend.AttentionParams{}) },
+	} {
+		msg := opsPanic(fn)
+		if want := "metal: " + name + ": float64 is not supported"; !strings.HasPrefix(msg, want) {
+			t.Errorf("%s on float64: panic %q, want it to start %q", name, msg, want)
+		}
+	}
+
+	e := newAttnEnv(t)
+	c := attnCase{B: 1, H: 2, Hkv: 1, Tq: 4, Tk: 4, D: 8}
+	a := e.attnData(c, 1)
+	colMajor := a.q.dev
+	colMajor.Strides = []int{64, 32, 1, 4}
+	notContig := a.lse.dev
+	notContig.Strides = []int{8, 1, 2}
+	for name, tc := range map[string]struct {
+		fn   func()
+		want string
+	}{
+		"q with strided rows": {func() {
+			e.dev.Attention(a.out.dev, a.lse.dev, colMajor, a.k.dev, a.v.dev, c.params())
+		}, "q [1 2 4 8] with strides [64 32 1 4]: its rows must be contiguous"},
+		"lse not contiguous": {func() {
+			e.dev.Attention(a.out.dev, notContig, a.q.dev, a.k.dev, a.v.dev, c.params())
+		}, "lse [1 2 4] (strides [8 1 2]) must be contiguous"},
+		"heads": {func() {
+			e.dev.Attention(a.out.dev, a.lse.dev, a.k.dev, a.q.dev, a.q.dev, c.params())
+		}, "1 query heads are not a multiple of 2 kv heads"},
+	} {
+		if msg := opsPanic(tc.fn); !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: panic %q, want it to contain %q", name, msg, tc.want)
+		}
+	}
+
+	idx, err := kernelIndex(kernels.Sources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{kAttnDelta, kAttnNaiveFwd, kAttnNaiveDQ, kAttnNaiveDKV}
+	for d := 8; d <= attnMaxFastD; d += 8 {
+		names = append(names, attnFast("fwd", d), attnFast("bwd_dq", d), attnFast("bwd_dkv", d))
+	}
+	for _, k := range names {
+		if idx[k] != "attention.metal" {
+			t.Errorf("kernel %s is not defined in kernels/attention.metal (index: %q)", k, idx[k])
+		}
+	}
+}
+
+// TestAttentionTimes logs emulator times of a few training- and
+// decode-shaped launches (they measure the emulation, not a GPU).
+func TestAttentionTimes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	e := newAttnEnv(t)
+	defer naiveAttention.Store(false)
+	for _, c := range []attnCase{
+		{B: 1, H: 4, Hkv: 4, Tq: 128, Tk: 128, D: 64, causal: true},
+		{B: 1, H: 4, Hkv: 4, Tq: 128, Tk: 128, D: 64},
+		{B: 1, H: 2, Hkv: 2, Tq: 64, Tk: 64, D: 128, causal: true},
+		{B: 1, H: 8, Hkv: 2, Tq: 1, Tk: 256, D: 64, causal: true},
+	} {
+		a := e.attnData(c, 1)
+		p := c.params()
+		for _, naive := range []bool{false, true} {
+			naiveAttention.Store(naive)
+			best := [2]time.Duration{}
+			for rep := range 2 {
+				t0 := time.Now()
+				e.dev.Attention(a.out.dev, a.lse.dev, a.q.dev, a.k.dev, a.v.dev, p)
+				e.dev.Sync()
+				t1 := time.Now()
+				e.dev.AttentionBackward(a.dq.dev, a.dk.dev, a.dv.dev, a.q.dev, a.k.dev, a.v.dev, a.out.dev, a.lse.dev, a.dout.dev, p)
+				e.dev.Sync()
+				t2 := time.Now()
+				if rep == 0 || t1.Sub(t0) < best[0] {
+					best[0] = t1.Sub(t0)
+				}
+				if rep == 0 || t2.Sub(t1) < best[1] {
+					best[1] = t2.Sub(t1)
+				}
+			}
+			path := "fast"
+			if naive {
+				path = "reference"
+			}
+			t.Logf("%-40s %-9s fwd %8v bwd %8v", c, path, best[0].Round(time.Microsecond), best[1].Round(time.Microsecond))
+		}
+	}
+}
