@@ -9,17 +9,46 @@
 // Every file is self-contained (each is compiled as a library of its own)
 // and documents its parameter block and function constants. The kernels:
 //
-//	fill.metal     fill_x32             Backend.Fill (float32/int32 bits)
-//	copy.metal     copy_x32             Backend.Copy (float32 ↔ int32)
-//	unary.metal    unary_f32            Backend.Unary (op = constant 0)
-//	               unary_grad_f32       Backend.UnaryGrad
-//	binary.metal   binary_f32           Backend.Binary (op = constant 0)
-//	               where_x32            Backend.Where
-//	reduce.metal   reduce_f32           Backend.Reduce (op = constant 0)
-//	softmax.metal  softmax_f32          Backend.Softmax
-//	               softmax_backward_f32 Backend.SoftmaxBackward
-//	matmul.metal   matmul_f32           Backend.MatMul, simdgroup_matrix tiles
-//	               matmul_naive_f32     the reference / fallback
+//	fill.metal         fill_x32                  Backend.Fill (float32/int32 bits)
+//	copy.metal         copy_x32                  Backend.Copy (float32 ↔ int32)
+//	unary.metal        unary_f32                 Backend.Unary (op = constant 0)
+//	                   unary_grad_f32            Backend.UnaryGrad
+//	binary.metal       binary_f32                Backend.Binary (op = constant 0)
+//	                   where_x32                 Backend.Where
+//	reduce.metal       reduce_f32                Backend.Reduce (op = constant 0)
+//	softmax.metal      softmax_f32               Backend.Softmax
+//	                   softmax_backward_f32      Backend.SoftmaxBackward
+//	matmul.metal       matmul_f32                Backend.MatMul, simdgroup_matrix tiles
+//	                   matmul_splitk_f32         partial products over K chunks …
+//	                   matmul_reduce_f32         … added in a fixed order (split-K)
+//	                   matmul_naive_f32          the reference / fallback
+//	norm.metal         rms_norm_f32              Backend.RMSNorm
+//	                   rms_norm_backward_f32     Backend.RMSNormBackward (dx)
+//	                   layer_norm_f32            Backend.LayerNorm
+//	                   layer_norm_backward_f32   Backend.LayerNormBackward (dx)
+//	                   norm_param_grad_f32       dw/db partial column sums over row blocks …
+//	                   norm_col_sum_f32          … added in block order
+//	rope.metal         rope_f32                  Backend.RoPE, RoPEStrided
+//	fused.metal        swiglu_f32                Backend.SwiGLU
+//	                   swiglu_backward_f32       Backend.SwiGLUBackward
+//	                   sum_squares_f32           Backend.SumSquares (two passes, fixed blocks)
+//	                   adamw_f32                 Backend.AdamW
+//	optim.metal        grad_clip_f32             global-norm clip coefficient on the device
+//	                   adamw_clipped_f32         AdamW scaled by that coefficient
+//	index.metal        index_select_x32          Backend.IndexSelect
+//	                   index_sort_keys           stable radix sort of the indices …
+//	                   index_row_starts          … where each row's list starts …
+//	                   index_add_x32             … Backend.IndexAdd in index order
+//	                   gather_x32                Backend.Gather
+//	                   scatter_add_x32           Backend.ScatterAdd (a thread per column)
+//	                   scatter_add_sorted_x32    Backend.ScatterAdd (few columns, sorted)
+//	crossentropy.metal cross_entropy_f32         Backend.CrossEntropy
+//	                   cross_entropy_backward_f32 Backend.CrossEntropyBackward
+//	attention.metal    attention_fwd_dD_f32      Backend.Attention, D = 8, 16, …, 128
+//	                   attention_bwd_delta_f32   rowsum(dO∘O) for the backward …
+//	                   attention_bwd_dq_dD_f32   … dQ …
+//	                   attention_bwd_dkv_dD_f32  … dK and dV (no atomics)
+//	                   attention_naive_*_f32     the reference kernels for other D
 //
 // The Go side that launches them is package metal (ops_*.go).
 package kernels
