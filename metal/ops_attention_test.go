@@ -513,24 +513,7 @@ func TestAttentionSchedules(t *testing.T) {
 		}
 		return outs
 	}
-	drv.SetSchedule(emu.Forward, 0)
-	want := run()
-	for _, s := range []struct {
-		s    emu.Schedule
-		seed uint64
-	}{{emu.Forward, 0}, {emu.Reverse, 0}, {emu.Random, 1}, {emu.Random, 2}} {
-		drv.SetSchedule(s.s, s.seed)
-		got := run()
-		for i := range want {
-			for j := range want[i] {
-				if got[i][j] != want[i][j] {
-					t.Errorf("schedule %v seed %d: output %d (case %v) element %d: %08x, first forward run %08x",
-						s.s, s.seed, i, cases[i/5], j, got[i][j], want[i][j])
-					break
-				}
-			}
-		}
-	}
+	schedulesAgree(t, drv, run, func(i int) string { return fmt.Sprintf("case %v", cases[i/5]) })
 }
 
 // TestAttentionErrors: float64 is refused with the backend's message, bad

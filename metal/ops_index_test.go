@@ -492,23 +492,7 @@ func TestOpsIndexSchedules(t *testing.T) {
 		read(lb, n*v)
 		return outs
 	}
-	drv.SetSchedule(emu.Forward, 0)
-	want := run()
-	for _, sc := range []struct {
-		s    emu.Schedule
-		seed uint64
-	}{{emu.Reverse, 0}, {emu.Random, 1}, {emu.Random, 2}, {emu.Random, 3}} {
-		drv.SetSchedule(sc.s, sc.seed)
-		got := run()
-		for i := range want {
-			for j := range want[i] {
-				if got[i][j] != want[i][j] {
-					t.Errorf("schedule %v seed %d: output %d element %d: %08x, forward gives %08x", sc.s, sc.seed, i, j, got[i][j], want[i][j])
-					break
-				}
-			}
-		}
-	}
+	schedulesAgree(t, drv, run, nil)
 }
 
 // BenchmarkOpsIndex times the kernels on the emulator (go test -bench

@@ -511,23 +511,7 @@ func TestOpsNormFusedSchedules(t *testing.T) {
 		read(db, 5000)
 		return outs
 	}
-	drv.SetSchedule(emu.Forward, 0)
-	want := run()
-	for _, s := range []struct {
-		s    emu.Schedule
-		seed uint64
-	}{{emu.Reverse, 0}, {emu.Random, 1}, {emu.Random, 2}} {
-		drv.SetSchedule(s.s, s.seed)
-		got := run()
-		for i := range want {
-			for j := range want[i] {
-				if got[i][j] != want[i][j] {
-					t.Errorf("schedule %v seed %d: output %d element %d: %08x, forward gives %08x", s.s, s.seed, i, j, got[i][j], want[i][j])
-					break
-				}
-			}
-		}
-	}
+	schedulesAgree(t, drv, run, nil)
 }
 
 func TestOpsNormFusedFloat64Refused(t *testing.T) {
