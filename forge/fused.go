@@ -98,6 +98,15 @@ type AdamWParams = backend.AdamWParams
 // Like CopyFrom, it writes in place and is not recorded: call it inside
 // NoGrad on a parameter that requires a gradient.
 func AdamWUpdate(param, grad, m, v *Tensor, p AdamWParams) {
+	checkAdamW(param, grad, m, v, p)
+	g := grad.Contiguous()
+	launch(param.dev, kcall{name: "adamw", dt: param.dtype, shapes: shapesOf(param, g, m, v), bytes: bytesOf(param, g, m, v, param, m, v), flops: 14 * int64(param.Numel())},
+		func(be backend.Backend) { be.AdamW(param.bv(), g.bv(), m.bv(), v.bv(), p) })
+}
+
+// checkAdamW panics unless AdamWUpdate's operands and hyperparameters are
+// valid.
+func checkAdamW(param, grad, m, v *Tensor, p AdamWParams) {
 	const op = "adamw"
 	sameFloat(op, param, grad, m, v)
 	for _, u := range []*Tensor{grad, m, v} {
@@ -121,9 +130,6 @@ func AdamWUpdate(param, grad, m, v *Tensor, p AdamWParams) {
 			panic(errorf(op, "hyperparameters must be finite, got %+v", p))
 		}
 	}
-	g := grad.Contiguous()
-	launch(param.dev, kcall{name: "adamw", dt: param.dtype, shapes: shapesOf(param, g, m, v), bytes: bytesOf(param, g, m, v, param, m, v), flops: 14 * int64(param.Numel())},
-		func(be backend.Backend) { be.AdamW(param.bv(), g.bv(), m.bv(), v.bv(), p) })
 }
 
 // MulScalarInPlace multiplies t by s in place and returns t. Views of t
@@ -144,4 +150,169 @@ func (t *Tensor) MulScalarInPlace(s float64) *Tensor {
 	launch(t.dev, kcall{name: "unary.affine", dt: t.dtype, shapes: shapesOf(t, t), bytes: 2 * bytesOf(t), flops: int64(t.Numel())},
 		func(b backend.Backend) { b.Unary(backend.Affine, sc, t.bv(), t.bv()) })
 	return t
+}
+
+// GradClip is global-norm gradient clipping computed where the gradients
+// live, llm.c style: NewGradClip queues the norm and the clip coefficient
+// on the device, AdamWUpdateClipped folds the coefficient into the
+// optimizer's read of the gradient (the gradients themselves are never
+// scaled), and nothing is read back until Norm or Skipped asks. On a
+// device that queues kernels (Metal) a whole training step — forward,
+// backward, clip, optimizer — is then one submission with one wait.
+//
+// The state of a clip is three numbers (backend.GradClipper): the norm
+// √Σ‖g‖², the coefficient min(1, maxNorm/(norm + 1e-6)) (1 without
+// clipping) and a skip flag, set when the norm is not finite, which makes
+// every AdamWUpdateClipped of the clip a no-op.
+type GradClip struct {
+	maxNorm float64
+	groups  []clipGroup
+	vals    *[backend.ClipStateLen]float64 // read back (or computed on the host)
+}
+
+// clipGroup is the state of a clip on one (device, dtype) of gradients.
+type clipGroup struct {
+	dev   *Device
+	dt    DType
+	state *Tensor // (ClipStateLen) in the backend's ClipStateDType; nil: use vals
+}
+
+// NewGradClip starts global-norm clipping of grads (float tensors) to at
+// most maxNorm; maxNorm 0 computes the norm and the skip flag without
+// clipping. When the gradients share one device and dtype and the backend
+// implements backend.GradClipper, it only queues kernels — one SumSquares
+// per gradient into one buffer, then one GradClip that adds them in order
+// (deterministic) — and reads nothing back. Otherwise it computes the norm
+// on the host (SumSquaresOf, one read-back per device and dtype). No graph
+// is recorded.
+func NewGradClip(grads []*Tensor, maxNorm float64) *GradClip {
+	const op = "grad_clip"
+	if !(maxNorm >= 0) || math.IsInf(maxNorm, 0) {
+		panic(errorf(op, "max norm must be finite and ≥ 0, got %v", maxNorm))
+	}
+	c := &GradClip{maxNorm: maxNorm}
+	for _, g := range grads {
+		sameFloat(op, g)
+		if c.group(g.dev, g.dtype) == nil {
+			c.groups = append(c.groups, clipGroup{dev: g.dev, dt: g.dtype})
+		}
+	}
+	if len(c.groups) == 1 {
+		gr := &c.groups[0]
+		if gc, ok := gr.dev.b.(backend.GradClipper); ok {
+			sums := newTensor(gr.dev, gr.dt, []int{len(grads)})
+			for j, g := range grads {
+				sumSquaresInto(sums, j, g.Contiguous())
+			}
+			gr.state = newTensor(gr.dev, gc.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
+			launch(gr.dev, kcall{name: op, dt: gr.dt, shapes: shapesOf(sums, gr.state), bytes: bytesOf(sums, gr.state), flops: int64(len(grads)) + 4},
+				func(be backend.Backend) { be.(backend.GradClipper).GradClip(gr.state.bv(), sums.bv(), maxNorm) })
+			return c
+		}
+	}
+	// On the host: the sums in the order of grads, added in float64.
+	total := 0.0
+	for _, s := range SumSquaresOf(grads) {
+		total += s
+	}
+	norm := math.Sqrt(total)
+	coef, skip := 1.0, 0.0
+	switch {
+	case math.IsNaN(norm) || math.IsInf(norm, 0):
+		skip = 1
+	case maxNorm > 0:
+		coef = min(1, maxNorm/(norm+backend.ClipEps))
+	}
+	c.vals = &[backend.ClipStateLen]float64{backend.ClipNorm: norm, backend.ClipCoef: coef, backend.ClipSkip: skip}
+	for i := range c.groups {
+		gr := &c.groups[i]
+		if gc, ok := gr.dev.b.(backend.GradClipper); ok {
+			gr.state = newTensor(gr.dev, gc.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
+			if gr.state.dtype == Float64 {
+				gr.dev.b.Write(gr.state.buf, c.vals[:])
+			} else {
+				gr.dev.b.Write(gr.state.buf, []float32{float32(norm), float32(coef), float32(skip)})
+			}
+		}
+	}
+	return c
+}
+
+func (c *GradClip) group(dev *Device, dt DType) *clipGroup {
+	for i := range c.groups {
+		if c.groups[i].dev == dev && c.groups[i].dt == dt {
+			return &c.groups[i]
+		}
+	}
+	return nil
+}
+
+// values returns the state, reading it back on first use (on a queueing
+// device, this waits for the kernels queued so far).
+func (c *GradClip) values() *[backend.ClipStateLen]float64 {
+	if c.vals == nil {
+		v := c.groups[0].state.Float64s()
+		c.vals = (*[backend.ClipStateLen]float64)(v)
+	}
+	return c.vals
+}
+
+// MaxNorm returns the clip's limit (0: no clipping).
+func (c *GradClip) MaxNorm() float64 { return c.maxNorm }
+
+// Norm returns the global L2 norm of the gradients before clipping,
+// reading it back from the device on first use.
+func (c *GradClip) Norm() float64 { return c.values()[backend.ClipNorm] }
+
+// Coef returns the factor the gradients are scaled by (1: unclipped),
+// reading it back on first use.
+func (c *GradClip) Coef() float64 { return c.values()[backend.ClipCoef] }
+
+// Skipped reports whether the norm is not finite, in which case every
+// AdamWUpdateClipped of the clip left its parameter unchanged. It reads
+// the state back on first use.
+func (c *GradClip) Skipped() bool { return c.values()[backend.ClipSkip] != 0 }
+
+// AdamWUpdateClipped is AdamWUpdate with grad scaled by the clip's
+// coefficient, unless the clip skips the step (a non-finite norm), in
+// which case param, m and v are left unchanged. On a backend.GradClipper
+// the scale is read on the device inside the one fused kernel (grad is
+// not written); elsewhere the clip's values are read back and the scaled
+// gradient is a temporary.
+func AdamWUpdateClipped(param, grad, m, v *Tensor, c *GradClip, p AdamWParams) {
+	checkAdamW(param, grad, m, v, p)
+	if c == nil {
+		panic(errorf("adamw", "no clip given; use AdamWUpdate to update without one"))
+	}
+	gr := c.group(param.dev, param.dtype)
+	if gr == nil {
+		panic(errorf("adamw", "the clip was computed over no gradient on %s of %v (param %v)", param.dev.name, param.dtype, param.shape))
+	}
+	g := grad.Contiguous()
+	if gr.state != nil {
+		st := gr.state
+		launch(param.dev, kcall{name: "adamw_clipped", dt: param.dtype, shapes: shapesOf(param, g, m, v, st), bytes: bytesOf(param, g, m, v, param, m, v), flops: 15 * int64(param.Numel())},
+			func(be backend.Backend) {
+				be.(backend.GradClipper).AdamWClipped(param.bv(), g.bv(), m.bv(), v.bv(), st.bv(), p)
+			})
+		return
+	}
+	if c.Skipped() {
+		return
+	}
+	if coef := c.Coef(); coef != 1 {
+		g = g.MulScalar(coef)
+	}
+	AdamWUpdate(param, g, m, v, p)
+}
+
+// Flush submits the kernels queued on the device without waiting for them
+// (backend.Flusher): the device starts on them, and memory they release is
+// recycled once they complete. A no-op on a device that runs kernels as
+// they are called (the CPU). A trainer flushes after each micro-batch of a
+// gradient-accumulation step.
+func (d *Device) Flush() {
+	if f, ok := d.b.(backend.Flusher); ok {
+		f.Flush()
+	}
 }

@@ -399,6 +399,63 @@ type RowStridedAttention interface {
 	RowStridedAttention()
 }
 
+// ClipEps is added to the global gradient norm before dividing by it (as
+// torch.nn.utils.clip_grad_norm_ does): coef = maxNorm/(norm + ClipEps).
+const ClipEps = 1e-6
+
+// Elements of the state GradClip writes (a ClipStateLen-element vector).
+const (
+	ClipNorm     = 0 // the global L2 norm √Σ sums
+	ClipCoef     = 1 // the scale AdamWClipped applies to the gradient
+	ClipSkip     = 2 // 1 when the norm is not finite (no update), else 0
+	ClipStateLen = 3
+)
+
+// GradClipper is implemented by backends that compute global-norm gradient
+// clipping on the device and fold its scale into the AdamW update, so that
+// a training step queues its optimizer update without reading the norm
+// back first (on a GPU: one submission and one wait per step). The forge
+// package uses it when the backend implements it (forge.NewGradClip,
+// forge.AdamWUpdateClipped) and computes the state on the host otherwise.
+//
+// The two passes are deterministic: SumSquares writes the sum of squares
+// of each gradient into one buffer, GradClip adds them in index order.
+type GradClipper interface {
+	// ClipStateDType is the dtype of the clip state for gradients (and
+	// sums) of dtype dt: the backend's widest float. The CPU keeps it in
+	// Float64, so its coefficient is exactly the float64 a host-side
+	// clip computes; Metal, which has no float64, in Float32.
+	ClipStateDType(dt DType) DType
+	// GradClip adds the n sums of squares in sums (contiguous, the
+	// gradients' dtype) in index order, in ClipStateDType or wider, and
+	// writes the ClipStateLen elements of state (contiguous,
+	// ClipStateDType):
+	//
+	//	state[ClipNorm] = norm = √Σ sums
+	//	state[ClipCoef] = min(1, maxNorm/(norm + ClipEps)); 1 when maxNorm is 0
+	//	                  (no clipping) or the norm is not finite
+	//	state[ClipSkip] = 1 when the norm is NaN or ±Inf, else 0
+	//
+	// maxNorm is ≥ 0 and finite.
+	GradClip(state, sums View, maxNorm float64)
+	// AdamWClipped is AdamW with the gradient scaled by a GradClip state:
+	// each element reads g = grad·state[ClipCoef], rounded to grad's dtype
+	// (what scaling the gradient in place first would store; g itself when
+	// the coefficient is 1), then updates param, m and v as AdamW does.
+	// When state[ClipSkip] is not 0 it writes nothing. grad is never
+	// written.
+	AdamWClipped(param, grad, m, v, state View, p AdamWParams)
+}
+
+// Flusher is implemented by backends that queue kernels (Metal): Flush
+// submits the kernels queued so far for execution without waiting for
+// them (one command buffer), so the device starts on them and the memory
+// they release can be recycled as soon as they complete. A trainer calls
+// it between the micro-batches of a gradient-accumulation step.
+type Flusher interface {
+	Flush()
+}
+
 // VariantNamer is implemented by backends whose kernels have several code
 // paths (e.g. BLAS or pure-Go matmul); the profiler records the path.
 type VariantNamer interface {

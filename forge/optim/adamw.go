@@ -48,6 +48,10 @@ type AdamW struct {
 	decay  []float64       // per param
 	m, v   []*forge.Tensor
 	step   int
+
+	// pending is the clip of the last StepClipped until its skip flag has
+	// been read: a skipped step does not count (settle).
+	pending *forge.GradClip
 }
 
 // NewAdamW returns an AdamW over params. Weight decay cfg.WeightDecay
@@ -134,8 +138,25 @@ func (o *AdamW) SetLR(lr float64) {
 	o.cfg.LR = lr
 }
 
-// StepCount returns the number of steps taken (t of the last step).
-func (o *AdamW) StepCount() int { return o.step }
+// StepCount returns the number of steps taken (t of the last step). After
+// StepClipped it reads the clip's skip flag (a skipped step is not
+// counted), which on a queueing device waits for the step's kernels if
+// the clip was not read yet.
+func (o *AdamW) StepCount() int {
+	o.settle()
+	return o.step
+}
+
+// settle resolves the step count of a StepClipped whose clip was not read:
+// if the clip skipped the update, the step did not happen.
+func (o *AdamW) settle() {
+	if c := o.pending; c != nil {
+		o.pending = nil
+		if c.Skipped() {
+			o.step--
+		}
+	}
+}
 
 // ZeroGrad clears every parameter's gradient.
 func (o *AdamW) ZeroGrad() {
@@ -147,8 +168,27 @@ func (o *AdamW) ZeroGrad() {
 // Step applies one AdamW update to every parameter that has a gradient,
 // in place. It records no graph and its kernels are attributed to
 // forge.PhaseOptimizer.
-func (o *AdamW) Step() {
+func (o *AdamW) Step() { o.step1(nil) }
+
+// StepClipped is Step with the gradients scaled by the clip c
+// (ClipGradNormDeferred): each parameter's fused kernel reads its
+// gradient times c's coefficient, on the device, and leaves the parameter
+// unchanged when c skips the step (a non-finite norm) — then the step is
+// not counted either. Nothing is read back: the gradients are not
+// modified, and the skip flag is read when the step count is next needed
+// (StepCount, State, the next step), normally after the caller has read
+// the loss and c.Norm() in the same wait.
+func (o *AdamW) StepClipped(c *forge.GradClip) {
+	if c == nil {
+		panic(errorf("adamw", "StepClipped needs a clip (ClipGradNormDeferred); use Step without one"))
+	}
+	o.step1(c)
+}
+
+func (o *AdamW) step1(c *forge.GradClip) {
+	o.settle()
 	o.step++
+	o.pending = c
 	t := float64(o.step)
 	b1, b2 := o.cfg.Beta1, o.cfg.Beta2
 	lr, eps := o.cfg.LR, o.cfg.Eps
@@ -165,10 +205,22 @@ func (o *AdamW) Step() {
 				m, v := o.m[i], o.v[i]
 				if p.IsContiguous() && m.IsContiguous() && v.IsContiguous() && g.DType() == p.DType() {
 					// One fused kernel: m, v and the parameter in one pass.
-					forge.AdamWUpdate(p, g, m, v, forge.AdamWParams{
-						LR: lr, Beta1: b1, Beta2: b2, Eps: eps, WeightDecay: o.decay[i], Step: o.step,
-					})
+					ap := forge.AdamWParams{LR: lr, Beta1: b1, Beta2: b2, Eps: eps, WeightDecay: o.decay[i], Step: o.step}
+					if c != nil {
+						forge.AdamWUpdateClipped(p, g, m, v, c, ap)
+					} else {
+						forge.AdamWUpdate(p, g, m, v, ap)
+					}
 					continue
+				}
+				if c != nil {
+					// The composed update needs the clip on the host.
+					if c.Skipped() {
+						continue
+					}
+					if coef := c.Coef(); coef != 1 {
+						g = g.MulScalar(coef)
+					}
 				}
 				m.CopyFrom(m.MulScalar(b1).Add(g.MulScalar(1 - b1)))
 				v.CopyFrom(v.MulScalar(b2).Add(g.Square().MulScalar(1 - b2)))
@@ -194,6 +246,7 @@ type AdamWState struct {
 // next Step overwrites them in place): read or save them, do not keep them
 // across steps expecting a snapshot.
 func (o *AdamW) State() AdamWState {
+	o.settle()
 	return AdamWState{Step: o.step, M: slices.Clone(o.m), V: slices.Clone(o.v)}
 }
 
@@ -225,4 +278,5 @@ func (o *AdamW) LoadState(s AdamWState) {
 		}
 	})
 	o.step = s.Step
+	o.pending = nil
 }

@@ -61,3 +61,29 @@ func GradNorm(params []*forge.Tensor) float64 {
 	}
 	return math.Sqrt(total)
 }
+
+// ClipGradNormDeferred starts global-norm clipping of params' gradients
+// (those that have one) to maxNorm without reading anything back and
+// without changing the gradients: the norm and the coefficient are
+// computed on the device (forge.NewGradClip) and AdamW.StepClipped folds
+// the coefficient into its update, skipping it when the norm is not
+// finite. maxNorm 0 computes the norm (and the skip flag) only. Read
+// Norm and Skipped after queueing the step, so that a training step waits
+// once. The results are ClipGradNorm's followed by Step (on the CPU bit
+// for bit), except that the gradients are left unscaled.
+func ClipGradNormDeferred(params []*forge.Tensor, maxNorm float64) *forge.GradClip {
+	if !(maxNorm >= 0) || math.IsInf(maxNorm, 0) {
+		panic(errorf("clip_grad_norm", "max norm must be finite and ≥ 0, got %v", maxNorm))
+	}
+	var grads []*forge.Tensor
+	for _, p := range params {
+		if g := p.Grad(); g != nil {
+			grads = append(grads, g)
+		}
+	}
+	var c *forge.GradClip
+	forge.WithPhase(forge.PhaseOptimizer, func() {
+		forge.NoGrad(func() { c = forge.NewGradClip(grads, maxNorm) })
+	})
+	return c
+}

@@ -15,6 +15,16 @@
 //		opt.Step()
 //	}
 //
+// On a device that queues kernels (Metal), reading the norm back before the
+// update costs a wait in the middle of the step. The deferred form computes
+// the norm and the clip coefficient on the device and folds the
+// coefficient into the AdamW kernels, so the step is queued whole and read
+// once (forge/train's Trainer does this):
+//
+//	clip := optim.ClipGradNormDeferred(params, 1.0)
+//	opt.StepClipped(clip)      // skipped on the device if the norm is not finite
+//	l, norm := loss.Item(), clip.Norm() // the one wait
+//
 // Optimizer updates run under forge.NoGrad and are attributed to
 // forge.PhaseOptimizer; they write into the parameter tensors in place
 // (CopyFrom), so a parameter keeps its identity — modules, views and

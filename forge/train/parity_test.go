@@ -100,16 +100,11 @@ func TestStepMatchesPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	met := tr.Step()
-	// The gradients are clipped in place (by maxNorm/(norm+1e-6), as
-	// torch does); undo the scale to compare them with PyTorch's.
-	unclip := (met.GradNorm + 1e-6) / cfg.GradClip
+	// The step folds the clip into AdamW and leaves the gradients
+	// unscaled: they are PyTorch's gradients before clip_grad_norm_.
 	grads := map[string][]float32{}
 	for _, p := range m.Params() {
-		g := p.Tensor.Grad().Float32s()
-		for i := range g {
-			g[i] = float32(float64(g[i]) * unclip)
-		}
-		grads[p.Name] = g
+		grads[p.Name] = p.Tensor.Grad().Float32s()
 	}
 
 	wantLoss, _ := strconv.ParseFloat(fx.Metadata["loss"], 64)

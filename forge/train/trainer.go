@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/forgeml/forge/forge"
@@ -133,7 +132,10 @@ func (t *Trainer) SetLR(lr float64) {
 
 // Step runs one optimizer update: GradAccum micro-batches of forward and
 // backward (each loss divided by GradAccum), global-norm clipping, AdamW.
-// A non-finite gradient norm skips the update (the record says so).
+// A non-finite gradient norm skips the update (the record says so). The
+// clip is folded into AdamW on the device, so the gradients are left
+// unscaled, and nothing is read back until the end: on Metal a step is
+// one command buffer (one per micro-batch) and one wait.
 func (t *Trainer) Step() Metrics {
 	start := time.Now()
 	cfg := t.Config
@@ -142,26 +144,33 @@ func (t *Trainer) Step() Metrics {
 	t.Opt.ZeroGrad()
 	t.Model.SetTraining(true)
 	B, T := cfg.Batch, cfg.Model.Context
-	loss := 0.0
-	for range cfg.GradAccum {
+	losses := make([]*forge.Tensor, 0, cfg.GradAccum)
+	for i := range cfg.GradAccum {
 		x, y := t.Train.Next()
 		l := t.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
-		if cfg.GradAccum > 1 {
-			l = l.MulScalar(1 / float64(cfg.GradAccum))
+		// The upstream gradient 1/GradAccum is uploaded, not filled by a
+		// kernel: the cross-entropy backward reads it on the host, and an
+		// uploaded value is readable without waiting for the queue. It is
+		// the value the backward of l.MulScalar(1/GradAccum) would pass.
+		l.Backward(upstream(l, 1/float64(cfg.GradAccum)))
+		forge.NoGrad(func() {
+			if cfg.GradAccum > 1 {
+				l = l.MulScalar(1 / float64(cfg.GradAccum))
+			}
+			losses = append(losses, l.Detach())
+		})
+		if i < cfg.GradAccum-1 {
+			l.Device().Flush() // start the device on this micro-batch
 		}
-		l.Backward()
+	}
+	clip := optim.ClipGradNormDeferred(t.params, cfg.GradClip)
+	t.Opt.StepClipped(clip)
+	// The one wait: the first read finishes the queue.
+	loss := 0.0
+	for _, l := range losses {
 		loss += l.Item()
 	}
-	var norm float64
-	if cfg.GradClip > 0 {
-		norm = optim.ClipGradNorm(t.params, cfg.GradClip)
-	} else {
-		norm = optim.GradNorm(t.params)
-	}
-	skipped := math.IsNaN(norm) || math.IsInf(norm, 0)
-	if !skipped {
-		t.Opt.Step()
-	}
+	norm, skipped := clip.Norm(), clip.Skipped()
 	n := int64(B * T * cfg.GradAccum)
 	t.tokens += n
 	el := time.Since(start)
@@ -172,6 +181,18 @@ func (t *Trainer) Step() Metrics {
 	}
 	t.History.Steps = append(t.History.Steps, m)
 	return m
+}
+
+// upstream returns the scalar v as a tensor of l's shape, dtype and device,
+// written from the host (no kernel).
+func upstream(l *forge.Tensor, v float64) *forge.Tensor {
+	var g *forge.Tensor
+	if l.DType() == forge.Float64 {
+		g = forge.FromSlice([]float64{v})
+	} else {
+		g = forge.FromSlice([]float32{float32(v)})
+	}
+	return g.To(l.Device()).Reshape(l.Shape()...)
 }
 
 // Eval returns the mean loss over the validation batches, with dropout
