@@ -21,6 +21,19 @@
 // program-scope `constant` is a memory object, not a compile-time constant:
 // loops over it do not unroll and the fragments spill).
 //
+// Split-K (matmul_splitk_f32, then matmul_reduce_f32): for products with
+// few output tiles and a long K — the weight gradients dW = xᵀ·dy of
+// training, K = B·T — the tile grid alone leaves most of the GPU idle while
+// each threadgroup walks all of K. matmul_splitk_f32 runs the same tiles
+// with grid z = the split index s instead of the batch: threadgroup
+// (x, y, s) multiplies K range [s·k_chunk, (s+1)·k_chunk) (k_chunk a
+// multiple of MM_BK, the last range cut at K) into its own M × N slice of a
+// float32 scratch buffer (partial s at s·M·N, rows of N), and
+// matmul_reduce_f32 adds the partials in the fixed order s = 0, 1, … into
+// dst (dst's old value + the sum when accumulating). No atomics: the result
+// does not depend on the thread schedule. The Go side
+// (metal/ops_matmul.go) decides when to split and into how many parts.
+//
 // matmul_naive_f32 is the reference: one thread per output, a plain loop
 // over K in float32. Tests compare the two, and the backend falls back to it.
 //
@@ -30,7 +43,9 @@
 //   2 mm_align_m    (bool): M is a multiple of MM_BM.
 //   3 mm_align_n    (bool): N is a multiple of MM_BN.
 //   4 mm_align_k    (bool): K is a multiple of MM_BK.
-//   5 mm_accumulate (bool): dst += a@b (also used by matmul_naive_f32).
+//   5 mm_accumulate (bool): dst += a@b (also used by matmul_naive_f32 and
+//                           matmul_reduce_f32; false for matmul_splitk_f32).
+// matmul_splitk_f32 takes constants 0–5 too.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -61,6 +76,8 @@ struct MatMulParams {
     int a_bs[MM_MAX_BATCH];       // batch strides (0 where broadcast)
     int b_bs[MM_MAX_BATCH];
     int c_bs[MM_MAX_BATCH];
+    uint k_chunk;                 // split-K: K per split (a multiple of MM_BK)
+    uint splits;                  // split-K: number of partials (matmul_reduce_f32)
 };
 
 constant bool mm_a_trans [[function_constant(0)]];
@@ -84,24 +101,22 @@ static inline void mm_batch_offsets(constant MatMulParams& p, uint z, thread int
     }
 }
 
-kernel void matmul_f32(device float* c [[buffer(0)]],
-                       const device float* a [[buffer(1)]],
-                       const device float* b [[buffer(2)]],
-                       constant MatMulParams& p [[buffer(3)]],
-                       uint3 tg [[threadgroup_position_in_grid]],
-                       uint tid [[thread_index_in_threadgroup]],
-                       uint lane [[thread_index_in_simdgroup]],
-                       uint sg [[simdgroup_index_in_threadgroup]]) {
-    threadgroup float as[MM_BM * MM_LDA];
-    threadgroup float bs[MM_BK * MM_LDB];
-    threadgroup float scratch[MM_SG * 64];
-
-    int ao, bo, co;
-    mm_batch_offsets(p, tg.z, ao, bo, co);
-    a += ao;
-    b += bo;
-    c += co;
-
+// mm_tiles computes the MM_BM × MM_BN block tg of c (rows of p.c_rs)
+// from K range [kbeg, kend) of a and b (already offset to their matrices),
+// staging through the threadgroup arrays as, bs and scratch.
+static inline void mm_tiles(device float* c,
+                            const device float* a,
+                            const device float* b,
+                            constant MatMulParams& p,
+                            uint kbeg,
+                            uint kend,
+                            uint2 tg,
+                            uint tid,
+                            uint lane,
+                            uint sg,
+                            threadgroup float* as,
+                            threadgroup float* bs,
+                            threadgroup float* scratch) {
     const uint row0 = tg.y * MM_BM;
     const uint col0 = tg.x * MM_BN;
     const uint sm = sg / MM_WN;
@@ -134,7 +149,9 @@ kernel void matmul_f32(device float* c [[buffer(0)]],
         }
     }
 
-    for (uint k0 = 0; k0 < p.k; k0 += MM_BK) {
+    // Chunks start at multiples of MM_BK and only the last ends off one, at
+    // K: the loads' bound stays p.k.
+    for (uint k0 = kbeg; k0 < kend; k0 += MM_BK) {
         // Stage a (MM_BM × MM_BK) and b (MM_BK × MM_BN), zero outside.
         for (uint e = tid; e < MM_BM * MM_BK; e += MM_THREADS) {
             uint r, l;
@@ -219,6 +236,44 @@ kernel void matmul_f32(device float* c [[buffer(0)]],
     }
 }
 
+kernel void matmul_f32(device float* c [[buffer(0)]],
+                       const device float* a [[buffer(1)]],
+                       const device float* b [[buffer(2)]],
+                       constant MatMulParams& p [[buffer(3)]],
+                       uint3 tg [[threadgroup_position_in_grid]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float as[MM_BM * MM_LDA];
+    threadgroup float bs[MM_BK * MM_LDB];
+    threadgroup float scratch[MM_SG * 64];
+    int ao, bo, co;
+    mm_batch_offsets(p, tg.z, ao, bo, co);
+    mm_tiles(c + co, a + ao, b + bo, p, 0, p.k, tg.xy, tid, lane, sg, as, bs, scratch);
+}
+
+// matmul_splitk_f32 is matmul_f32 for one matrix (no batch dims) with grid
+// z the split index: threadgroup (x, y, z) writes the product over K range
+// [z·k_chunk, min((z+1)·k_chunk, K)) into partial z, c + z·M·N (the host
+// passes c_rs = N). Chunks start at multiples of MM_BK and only the last
+// ends off one, at K, so the loads keep their bound p.k. Specialised with
+// constants 0–4 of matmul_f32 and mm_accumulate false.
+kernel void matmul_splitk_f32(device float* part [[buffer(0)]],
+                              const device float* a [[buffer(1)]],
+                              const device float* b [[buffer(2)]],
+                              constant MatMulParams& p [[buffer(3)]],
+                              uint3 tg [[threadgroup_position_in_grid]],
+                              uint tid [[thread_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float as[MM_BM * MM_LDA];
+    threadgroup float bs[MM_BK * MM_LDB];
+    threadgroup float scratch[MM_SG * 64];
+    const uint kbeg = tg.z * p.k_chunk;
+    const uint kend = min(p.k, kbeg + p.k_chunk);
+    mm_tiles(part + tg.z * p.m * p.n, a, b, p, kbeg, kend, tg.xy, tid, lane, sg, as, bs, scratch);
+}
+
 kernel void matmul_naive_f32(device float* c [[buffer(0)]],
                              const device float* a [[buffer(1)]],
                              const device float* b [[buffer(2)]],
@@ -242,4 +297,26 @@ kernel void matmul_naive_f32(device float* c [[buffer(0)]],
         s += *out;
     }
     *out = s;
+}
+
+// matmul_reduce_f32 adds the p.splits partial products of a split-K matmul
+// (partial s at part + s·M·N, rows of N) in order s = 0, 1, … into dst
+// (dst += the sum when accumulating), one thread per element.
+kernel void matmul_reduce_f32(device float* c [[buffer(0)]],
+                              const device float* part [[buffer(1)]],
+                              constant MatMulParams& p [[buffer(2)]],
+                              uint gid [[thread_position_in_grid]],
+                              uint gsize [[threads_per_grid]]) {
+    const uint mn = p.m * p.n;
+    for (uint e = gid; e < mn; e += gsize) {
+        float s = part[e];
+        for (uint z = 1; z < p.splits; z++) {
+            s += part[z * mn + e];
+        }
+        device float* out = c + int(e / p.n) * p.c_rs + int(e % p.n);
+        if (mm_accumulate) {
+            s = *out + s;
+        }
+        *out = s;
+    }
 }

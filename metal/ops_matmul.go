@@ -1,7 +1,44 @@
 package metal
 
-// MatMul (kernels/matmul.metal): the simdgroup_matrix tiled kernel, or the
+// MatMul (kernels/matmul.metal): the simdgroup_matrix tiled kernel, its
+// split-K form for products with few output tiles and a long K, or the
 // naive one-thread-per-output reference.
+//
+// # Split-K
+//
+// A weight gradient dW = xᵀ·dy (M, N = the layer's dims, K = B·T tokens)
+// has few 32 × 32 output tiles and a very long K: the tiled kernel runs one
+// threadgroup per tile, so a GPU that holds hundreds of threadgroups at
+// once runs a handful, each walking all of K (the seed's measurement: the
+// tn shape at K = 65536 reaches 4.7 TFLOPs where the others reach 10.6).
+// Split-K cuts K into S chunks of whole MM_BK steps: matmul_splitk_f32
+// writes S partial products into a float32 scratch buffer (S·M·N), and
+// matmul_reduce_f32 adds them in order s = 0 … S−1 into dst — no atomics,
+// the same bits for any thread schedule.
+//
+// The rule (splitKPlan), with G the threadgroups the device runs at once
+// (mmGroupsPerCore per GPU core) and tiles = ⌈M/32⌉·⌈N/32⌉:
+//
+//   - split only one matrix (no batch dims: the backward folds the batch of
+//     x into K) and only when tiles < G/2: a grid that already fills half
+//     the device gains little occupancy for the scratch traffic and the
+//     extra dispatch;
+//   - S = ⌈G/tiles⌉ (the split grid then fills the device), at most
+//     ⌊K/(8·MM_BK)⌋ (each partial at least 8 K-steps, 128 of K, so one
+//     tile's staging, zeroing and store stay small next to its loop: MLX
+//     splits at K/16 ≥ 8 too), at most mmSplitMax = 32 (bounds the scratch
+//     and the reduction's reads per element), and at most (M+N)·K/(2·M·N),
+//     so the partials written and read back never outweigh the operand
+//     reads (it never binds on dW shapes, K ≫ M, N; it keeps square-ish
+//     small products whole);
+//   - no split when S < 2. The chunk is ⌈steps/S⌉ MM_BK-steps and S is
+//     recomputed from it, so no split is empty.
+//
+// G comes from the driver when it knows the GPU's core count (an optional
+// GPUCores method); otherwise mmDefaultCores (16: between an M-series base
+// chip's 8–10 cores and a Max's 30–40 — too low a guess only under-splits
+// a large GPU, too high over-splits a small one, which costs scratch
+// traffic but no correctness). FORGE_METAL_MATMUL=nosplit turns split-K off.
 
 import (
 	"fmt"
@@ -10,6 +47,7 @@ import (
 	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/kernels"
 )
 
 // Tile geometry of matmul_f32 (MM_BM, MM_BN, MM_BK, MM_THREADS in
@@ -22,6 +60,11 @@ const (
 	mmMaxBatch   = 4
 	mmNaiveTile  = 16
 	mmMaxZGroups = 65535 // batches per dispatch (the grid's z extent)
+
+	mmSplitMinSteps = 8  // MM_BK steps per split at least
+	mmSplitMax      = 32 // partial products at most
+	mmGroupsPerCore = 4  // matmul threadgroups a GPU core keeps busy (4 simdgroups each, ~6 KB)
+	mmDefaultCores  = 16 // the core count assumed when the driver does not tell
 )
 
 // naiveMatMul routes every product to matmul_naive_f32, the fallback:
@@ -29,10 +72,58 @@ const (
 // in or out when a result looks wrong on a GPU); tests compare the two.
 var naiveMatMul atomic.Bool
 
+// noSplitK turns split-K off: FORGE_METAL_MATMUL=nosplit; tests compare.
+var noSplitK atomic.Bool
+
 func init() {
-	if os.Getenv("FORGE_METAL_MATMUL") == "naive" {
+	switch os.Getenv("FORGE_METAL_MATMUL") {
+	case "naive":
 		naiveMatMul.Store(true)
+	case "nosplit":
+		noSplitK.Store(true)
 	}
+}
+
+var (
+	kMatMulSplitK = kernels.Name("matmul", "splitk", "f32")
+	kMatMulReduce = kernels.Name("matmul", "reduce", "f32")
+)
+
+// gpuCores is implemented by drivers that know the GPU's core count.
+type gpuCores interface{ GPUCores() int }
+
+// matmulGroups is G, the matmul threadgroups the device runs at once.
+func (b *Backend) matmulGroups() int {
+	if c, ok := b.drv.(gpuCores); ok {
+		if n := c.GPUCores(); n > 0 {
+			return n * mmGroupsPerCore
+		}
+	}
+	return mmDefaultCores * mmGroupsPerCore
+}
+
+// splitKPlan returns how many K chunks to split an M × N × K product of one
+// matrix into (1: no split) and the chunk length (a multiple of mmBK), by
+// the rule in the file's documentation.
+func (b *Backend) splitKPlan(m, n, k int) (splits, chunk int) {
+	if noSplitK.Load() {
+		return 1, k
+	}
+	g := b.matmulGroups()
+	tiles := ((m + mmBM - 1) / mmBM) * ((n + mmBN - 1) / mmBN)
+	if 2*tiles >= g {
+		return 1, k
+	}
+	steps := (k + mmBK - 1) / mmBK
+	s := min((g+tiles-1)/tiles, steps/mmSplitMinSteps, mmSplitMax)
+	if mn := 2 * m * n; mn > 0 {
+		s = min(s, (m+n)*k/mn)
+	}
+	if s < 2 {
+		return 1, k
+	}
+	per := (steps + s - 1) / s
+	return (steps + per - 1) / per, per * mmBK
 }
 
 // matmulParams mirrors MatMulParams in kernels/matmul.metal.
@@ -46,6 +137,8 @@ type matmulParams struct {
 	ABs      [mmMaxBatch]int32
 	BBs      [mmMaxBatch]int32
 	CBs      [mmMaxBatch]int32
+	KChunk   uint32 // split-K: K per partial product
+	Splits   uint32 // split-K: partial products
 }
 
 // MatMul computes dst[b] = a[b] @ bm[b] (dst += … if accumulate) in
@@ -136,6 +229,12 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 			q.ABs[d] = int32(sub.strides[1][d])
 			q.BBs[d] = int32(sub.strides[2][d])
 		}
+		if !naive && len(sub.shape) == 0 {
+			if s, chunk := b.splitKPlan(m, n, k); s > 1 {
+				b.matmulSplitK(sub.view(bufs[0], 0), sub.view(bufs[1], 1), sub.view(bufs[2], 2), q, s, chunk, aTrans, bTrans, accumulate)
+				return
+			}
+		}
 		c, av, bv := b.arg(sub.view(bufs[0], 0)), b.arg(sub.view(bufs[1], 1)), b.arg(sub.view(bufs[2], 2))
 		if naive {
 			key := pkey(kMatMulNaive, cBool(5, accumulate))
@@ -148,6 +247,26 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 		groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, nz}
 		b.run(kMatMul+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1}, c, av, bv, bytesArg(q))
 	})
+}
+
+// matmulSplitK runs one M × N × K product as s partial products over K
+// chunks of chunk into a scratch buffer, then their ordered sum into dst.
+func (b *Backend) matmulSplitK(dst, a, bm backend.View, q matmulParams, s, chunk int, aTrans, bTrans, accumulate bool) {
+	m, n, k := int(q.M), int(q.N), int(q.K)
+	part := b.Alloc(backend.Float32, s*m*n)
+	defer b.Free(part) // recycled once the command buffer completes
+	pv := backend.View{Buf: part}
+	q.KChunk, q.Splits = uint32(chunk), uint32(s)
+	pq := q
+	pq.CRs = int32(n) // the partials are rows of N
+	key := pkey(kMatMulSplitK, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
+		cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, false))
+	groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, s}
+	b.run(kMatMulSplitK+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1},
+		b.arg(pv), b.arg(a), b.arg(bm), bytesArg(pq))
+	rkey := pkey(kMatMulReduce, cBool(5, accumulate))
+	rg, rt := b.ewGrid(rkey, m*n)
+	b.run(kMatMulReduce, rkey, rg, rt, b.arg(dst), b.arg(pv), bytesArg(q))
 }
 
 // layoutTag names the operand layouts: "nn", "nt", "tn" or "tt".

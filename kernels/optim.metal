@@ -1,0 +1,108 @@
+// optim.metal — global-norm gradient clipping folded into AdamW, on the
+// device (backend.GradClipper), so that a training step queues its
+// optimizer update without reading the norm back first.
+//
+// grad_clip_f32: one thread adds the n per-tensor sums of squares (written
+// by sum_squares_f32 into one buffer) in index order — deterministic — as
+// a compensated float pair, takes the corrected square root, and writes the
+// state (backend.ClipNorm, ClipCoef, ClipSkip):
+//   state[0] = norm = √Σ sums
+//   state[1] = min(1, max_norm/(norm + eps)); 1 when max_norm is 0 or the
+//              norm is not finite
+//   state[2] = 1 when the norm is NaN or ±Inf, else 0
+// Finiteness is tested on the bits, so it holds under any math mode.
+//
+// adamw_clipped_f32: one AdamW update per element (backend.AdamWParams)
+// from g = grad·state[1] (g itself when the coefficient is 1), in float32:
+//   m ← β1·m + (1−β1)·g,  v ← β2·v + (1−β2)·g²,
+//   w ← w·decay − step·m / (√v·ibc2 + eps)
+// with decay = 1 − lr·wd, step = lr/(1−β1ᵗ), ibc2 = 1/√(1−β2ᵗ). When
+// state[2] is set no thread writes anything (the step is skipped).
+#include <metal_stdlib>
+using namespace metal;
+
+struct GradClipParams {
+    uint n;          // number of sums
+    float max_norm;  // 0: no clipping
+    float eps;       // added to the norm before dividing (1e-6)
+};
+
+struct AdamWClippedParams {
+    uint n;
+    float b1;     // β1
+    float c1;     // 1 − β1
+    float b2;     // β2
+    float c2;     // 1 − β2
+    float ibc2;   // 1/√(1 − β2ᵗ)
+    float eps;    // ε
+    float decay;  // 1 − lr·wd
+    float step;   // lr/(1 − β1ᵗ)
+};
+
+// clip_finite reports whether x is neither NaN nor ±Inf, from its bits.
+static inline bool clip_finite(float x) {
+    return (as_type<uint>(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+kernel void grad_clip_f32(device float* state [[buffer(0)]],
+                          const device float* sums [[buffer(1)]],
+                          constant GradClipParams& p [[buffer(2)]],
+                          uint gid [[thread_position_in_grid]]) {
+    if (gid != 0) {
+        return;
+    }
+    // Σ sums as hi + lo (Neumaier's compensated sum), in index order.
+    float hi = 0.0f;
+    float lo = 0.0f;
+    for (uint i = 0; i < p.n; i++) {
+        const float x = sums[i];
+        const float t = hi + x;
+        if (fabs(hi) >= fabs(x)) {
+            lo += (hi - t) + x;
+        } else {
+            lo += (x - t) + hi;
+        }
+        hi = t;
+    }
+    // √(hi + lo), corrected to first order.
+    float norm = sqrt(hi);
+    if (norm > 0.0f && clip_finite(norm)) {
+        norm += (fma(-norm, norm, hi) + lo) / (2.0f * norm);
+    }
+    float coef = 1.0f;
+    float skip = 0.0f;
+    if (!clip_finite(norm)) {
+        skip = 1.0f;
+    } else if (p.max_norm > 0.0f) {
+        coef = min(1.0f, p.max_norm / (norm + p.eps));
+    }
+    state[0] = norm;
+    state[1] = coef;
+    state[2] = skip;
+}
+
+kernel void adamw_clipped_f32(device float* w [[buffer(0)]],
+                              const device float* grad [[buffer(1)]],
+                              device float* m [[buffer(2)]],
+                              device float* v [[buffer(3)]],
+                              const device float* state [[buffer(4)]],
+                              constant AdamWClippedParams& p [[buffer(5)]],
+                              uint gid [[thread_position_in_grid]],
+                              uint gsize [[threads_per_grid]]) {
+    if (state[2] != 0.0f) {
+        return;
+    }
+    const float coef = state[1];
+    for (uint i = gid; i < p.n; i += gsize) {
+        float g = grad[i];
+        if (coef != 1.0f) {
+            g = coef * g;
+        }
+        const float mi = p.b1 * m[i] + p.c1 * g;
+        const float vi = p.b2 * v[i] + p.c2 * (g * g);
+        m[i] = mi;
+        v[i] = vi;
+        const float denom = sqrt(vi) * p.ibc2 + p.eps;
+        w[i] = w[i] * p.decay - p.step * mi / denom;
+    }
+}
