@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 
@@ -41,20 +42,31 @@ var (
 	opsDevErr  error
 )
 
-// opsDevice returns the emulated device the op tests share: one driver
-// for the package's tests (its compile is cached across runs).
+// testDevice is the device the package's kernel tests run on: the GPU
+// when FORGE_BACKEND=metal (make test-metal on a Mac), else the emulator.
+// Tests of the emulator's thread schedules skip, saying so, on the GPU.
+func testDevice() string {
+	if os.Getenv("FORGE_BACKEND") == "metal" {
+		return "metal"
+	}
+	return "metal-emu"
+}
+
+// opsDevice returns the device the op tests share (testDevice): one
+// backend for the package's tests (the emulator's compile is cached
+// across runs).
 func opsDevice(t *testing.T) *Backend {
 	t.Helper()
 	opsDevOnce.Do(func() {
-		drv, err := emu.Open(kernels.Sources(), emu.Options{})
+		b, err := backend.Open(testDevice())
 		if err != nil {
 			opsDevErr = err
 			return
 		}
-		opsDev = New(drv)
+		opsDev = b.(*Backend)
 	})
 	if opsDevErr != nil {
-		t.Skipf("metal-emu is not available here: %v", opsDevErr)
+		t.Skipf("%s is not available here: %v", testDevice(), opsDevErr)
 	}
 	return opsDev
 }

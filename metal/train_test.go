@@ -148,9 +148,9 @@ func TestTrainMatchesCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on the emulator")
 	}
-	dev, err := forge.OpenDevice("metal-emu")
+	dev, err := forge.OpenDevice(testDevice())
 	if err != nil {
-		t.Skipf("metal-emu is not available here: %v", err)
+		t.Skipf("%s is not available here: %v", testDevice(), err)
 	}
 	mb := dev.Backend().(*Backend)
 	if c := trainConfig(1); func() bool { s, _ := mb.splitKPlan(c.Model.Dim, c.Model.Dim, c.Batch*c.Model.Context); return s < 2 }() {
@@ -336,9 +336,9 @@ func TestTrainStepProfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on the emulator")
 	}
-	dev, err := forge.OpenDevice("metal-emu")
+	dev, err := forge.OpenDevice(testDevice())
 	if err != nil {
-		t.Skipf("metal-emu is not available here: %v", err)
+		t.Skipf("%s is not available here: %v", testDevice(), err)
 	}
 	mb := dev.Backend().(*Backend)
 	prev := forge.DefaultDevice()
@@ -368,7 +368,7 @@ func TestTrainStepProfile(t *testing.T) {
 	}
 	seen := map[string]time.Duration{}
 	for _, r := range p.Records {
-		if r.Device != "metal-emu" {
+		if r.Device != testDevice() {
 			t.Errorf("kernel %s recorded on %q", r.Kernel, r.Device)
 		}
 		seen[r.Kernel] += r.Duration
