@@ -62,15 +62,14 @@ check-darwin:
 		echo "darwin test binaries: $$(cd $$d && ls | tr '\n' ' ')"; rm -rf $$d
 
 # The Metal backend. On a Mac: the conformance suite and the metal package's
-# tests on the GPU, with Metal's API validation and shader validation on,
-# the training tests on the GPU, then a profiled training benchmark of the
-# small config (tokens/s and GPU time per kernel).
+# tests on the GPU (training steps against the CPU among them), with
+# Metal's API validation and shader validation on, then a profiled
+# training benchmark of the small config (tokens/s, GPU time per kernel).
 # On Linux: the same suites on the emulation driver, which compiles the MSL
 # kernels with clang and runs them on the CPU (threads of a threadgroup as
 # fibers), under forward, reverse and random thread schedules.
 test-metal:
 	MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1 FORGE_BACKEND=metal $(GO) test -count=1 ./metal/... ./kernels/ ./forge/forgetest/
-	FORGE_BACKEND=metal $(GO) test -count=1 ./forge/train/ ./forge/gpt/
 	FORGE_BACKEND=metal $(GO) run ./cmd/forge bench step --config small --profile
 
 # A new random schedule each run (printed; EMU_SEED=n repeats one).
