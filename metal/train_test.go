@@ -391,3 +391,43 @@ func TestTrainStepProfile(t *testing.T) {
 	t.Logf("profiled step: %d kernel calls, %d dispatches; grad_clip %v, adamw_clipped %v, matmul %v (emulated device time)",
 		len(p.Records), dispatches, seen["grad_clip"], seen["adamw_clipped"], seen["matmul"])
 }
+
+// TestBackwardQueuesWithoutWaiting: a plain loss.Backward() through the
+// cross-entropy (whose backward reads its upstream gradient's value on
+// the host) queues the whole backward pass without waiting for the
+// device: the seed gradient is written from the host, not by a kernel.
+func TestBackwardQueuesWithoutWaiting(t *testing.T) {
+	dev, err := forge.OpenDevice(testDevice())
+	if err != nil {
+		t.Skipf("%s is not available here: %v", testDevice(), err)
+	}
+	mb := dev.Backend().(*Backend)
+	logits := forge.FromSlice([]float32{0.1, 0.7, -0.3, 1.2, 0.4, -0.8}, 2, 3).To(dev).RequiresGrad()
+	targets := forge.FromSlice([]int32{2, 0}, 2).To(dev)
+	loss := forge.CrossEntropy(logits.MulScalar(2), targets, -1)
+	mb.Sync()
+	before := mb.StreamStats()
+	loss.Backward()
+	if after := mb.StreamStats(); after.Waits != before.Waits || after.Syncs != before.Syncs {
+		t.Errorf("loss.Backward() waited for the device: %d waits, %d syncs", after.Waits-before.Waits, after.Syncs-before.Syncs)
+	}
+	// The gradient itself: 2·(softmax(2x) − onehot)/2 per row.
+	x := []float64{0.1, 0.7, -0.3, 1.2, 0.4, -0.8}
+	tg := []int{2, 0}
+	got := logits.Grad().Float64s()
+	for r := range 2 {
+		sum := 0.0
+		for c := range 3 {
+			sum += math.Exp(2 * x[3*r+c])
+		}
+		for c := range 3 {
+			want := math.Exp(2*x[3*r+c]) / sum
+			if c == tg[r] {
+				want--
+			}
+			if g := got[3*r+c]; math.Abs(g-want) > 1e-6 {
+				t.Errorf("grad[%d][%d] = %v, want %v", r, c, g, want)
+			}
+		}
+	}
+}
