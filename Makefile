@@ -69,7 +69,7 @@ check-darwin:
 # kernels with clang and runs them on the CPU (threads of a threadgroup as
 # fibers), under forward, reverse and random thread schedules.
 test-metal:
-	MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1 FORGE_BACKEND=metal $(GO) test -count=1 ./metal/... ./kernels/ ./forge/forgetest/
+	OBJC_DEBUG_MISSING_POOLS=YES MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1 FORGE_BACKEND=metal $(GO) test -count=1 ./metal/... ./kernels/ ./forge/forgetest/
 	FORGE_BACKEND=metal $(GO) run ./cmd/forge bench step --config small --profile
 
 # A new random schedule each run (printed; EMU_SEED=n repeats one).

@@ -1,4 +1,4 @@
-//go:build darwin
+//go:build darwin && arm64
 
 package metal
 
@@ -7,7 +7,8 @@ package metal
 //
 // Calls on the dispatch path (encoding, commit, status) go through
 // objc_msgSend with purego.SyscallN and integer/pointer arguments only: no
-// reflection, no allocation. MTLSize (24 bytes) is passed as a pointer to
+// reflection (SyscallN's variadic arguments still escape: a couple of
+// small allocations a call). MTLSize (24 bytes) is passed as a pointer to
 // a copy, which is how the arm64 procedure call standard passes a
 // composite larger than 16 bytes; the copies live in the heap-allocated
 // command buffer, which the Go collector never moves. This file therefore
@@ -18,6 +19,8 @@ package metal
 // encoders, strings, errors) are retained where they must outlive the
 // autorelease pool that every call creating them runs in
 // (objc_autoreleasePoolPush/Pop with the goroutine locked to its thread).
+// Encoding runs in a pool too, in case a call autoreleases (Metal's debug
+// layers may); make test-metal sets OBJC_DEBUG_MISSING_POOLS=YES.
 
 import (
 	"errors"
@@ -73,17 +76,17 @@ var rt struct {
 
 // Selectors, registered once.
 var sel struct {
-	alloc, init, release, retain, respondsTo                            objc.SEL
-	name, utf8, localizedDescription, initWithBytes, count, objectAt    objc.SEL
-	processInfo, atLeastVersion                                         objc.SEL
-	newQueue, newBuffer, contents                                       objc.SEL
-	setLanguageVersion, languageVersion, setMathMode, setFastMath       objc.SEL
-	setMathFunctions                                                    objc.SEL
-	newLibrary, newFunction, newFunctionPlain, setConstant, newPipeline objc.SEL
-	maxThreads, execWidth                                               objc.SEL
-	commandBuffer, computeEncoder, setPipeline, setBuffer, setBytes     objc.SEL
-	dispatchGroups, endEncoding, commit, waitUntilCompleted, status     objc.SEL
-	errorSel, gpuStart, gpuEnd                                          objc.SEL
+	alloc, init, release, retain, respondsTo                         objc.SEL
+	name, utf8, localizedDescription, initWithBytes, count, objectAt objc.SEL
+	processInfo, atLeastVersion                                      objc.SEL
+	newQueue, newBuffer, contents                                    objc.SEL
+	setLanguageVersion, languageVersion, setMathMode, setFastMath    objc.SEL
+	setMathFunctions                                                 objc.SEL
+	newLibrary, newFunction, setConstant, newPipeline                objc.SEL
+	maxThreads, execWidth                                            objc.SEL
+	commandBuffer, computeEncoder, setPipeline, setBuffer, setBytes  objc.SEL
+	dispatchGroups, endEncoding, commit, waitUntilCompleted, status  objc.SEL
+	errorSel, gpuStart, gpuEnd                                       objc.SEL
 }
 
 // loadRuntime resolves the runtime and Metal symbols.
@@ -140,7 +143,6 @@ func resolveRuntime() error {
 	sel.endEncoding, sel.commit, sel.waitUntilCompleted = r("endEncoding"), r("commit"), r("waitUntilCompleted")
 	sel.status, sel.errorSel = r("status"), r("error")
 	sel.gpuStart, sel.gpuEnd = r("GPUStartTime"), r("GPUEndTime")
-	sel.newFunctionPlain = r("newFunctionWithName:")
 	return nil
 }
 
@@ -334,6 +336,7 @@ func (d *metalDriver) Device() string {
 func (d *metalDriver) Close() error {
 	for _, p := range d.pipes {
 		msg(p.pso, sel.release)
+		p.pso = 0 // Encode refuses a pipeline of a closed driver
 	}
 	d.pipes = nil
 	for f, l := range d.libs {
@@ -411,6 +414,8 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 			fast := uintptr(0)
 			if d.math.mode == 2 {
 				fast = 1
+			} else {
+				d.math.name = "safe (no relaxed mode before macOS 15)"
 			}
 			msg(opts, sel.setFastMath, fast)
 		}
@@ -477,20 +482,19 @@ func (d *metalDriver) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) 
 		runtime.KeepAlive(vals)
 		name := nsString(key.Kernel)
 		defer msg(name, sel.release)
+		// Always through constantValues (empty when the key has none):
+		// newFunctionWithName: on a kernel that declares function
+		// constants gives a function no pipeline can be made from, while
+		// this call names the constant that is missing.
 		errp := new(objc.ID)
-		var fn objc.ID
-		if len(key.Constants) == 0 {
-			fn = msgID(lib, sel.newFunctionPlain, uintptr(name))
-			if fn == 0 {
-				err = fmt.Errorf("metal: %s: no function %s in the compiled library", file, key.Kernel)
-				return
+		fn := msgID(lib, sel.newFunction, uintptr(name), uintptr(cv), uintptr(unsafe.Pointer(errp)))
+		if fn == 0 {
+			desc := "no such function in the compiled library"
+			if *errp != 0 {
+				desc = strings.ReplaceAll(nsError(*errp), "program_source", file)
 			}
-		} else {
-			fn = msgID(lib, sel.newFunction, uintptr(name), uintptr(cv), uintptr(unsafe.Pointer(errp)))
-			if fn == 0 {
-				err = fmt.Errorf("metal: %s (%s): %s", key, file, strings.ReplaceAll(nsError(*errp), "program_source", file))
-				return
-			}
+			err = fmt.Errorf("metal: %s (%s): %s", key, file, desc)
+			return
 		}
 		defer msg(fn, sel.release)
 		*errp = 0
@@ -543,22 +547,32 @@ func (c *mtlCommandBuffer) Encode(ds driver.Dispatch) {
 		panic("metal: Encode after Commit")
 	}
 	p := ds.Pipeline.(*mtlPipeline)
-	if p.pso != c.lastPSO {
-		msg(c.enc, sel.setPipeline, uintptr(p.pso))
-		c.lastPSO = p.pso
+	if p.pso == 0 {
+		panic(fmt.Sprintf("metal: %s: pipeline %s belongs to a closed driver", ds.Label, p.key))
 	}
 	for i, a := range ds.Args {
-		if a.Buf != nil {
-			msg(c.enc, sel.setBuffer, uintptr(a.Buf.(*mtlBuffer).id), uintptr(a.Offset), uintptr(i))
-		} else {
-			msg(c.enc, sel.setBytes, uintptr(unsafe.Pointer(unsafe.SliceData(a.Bytes))), uintptr(len(a.Bytes)), uintptr(i))
+		if a.Buf != nil && a.Buf.(*mtlBuffer).id == 0 {
+			panic(fmt.Sprintf("metal: %s: [[buffer(%d)]] is a released buffer", ds.Label, i))
 		}
 	}
-	runtime.KeepAlive(ds.Args)
-	for i := range 3 {
-		c.groups[i], c.threads[i] = uint64(ds.Groups[i]), uint64(ds.Threads[i])
-	}
-	msg(c.enc, sel.dispatchGroups, uintptr(unsafe.Pointer(&c.groups)), uintptr(unsafe.Pointer(&c.threads)))
+	withPool(func() {
+		if p.pso != c.lastPSO {
+			msg(c.enc, sel.setPipeline, uintptr(p.pso))
+			c.lastPSO = p.pso
+		}
+		for i, a := range ds.Args {
+			if a.Buf != nil {
+				msg(c.enc, sel.setBuffer, uintptr(a.Buf.(*mtlBuffer).id), uintptr(a.Offset), uintptr(i))
+			} else {
+				msg(c.enc, sel.setBytes, uintptr(unsafe.Pointer(unsafe.SliceData(a.Bytes))), uintptr(len(a.Bytes)), uintptr(i))
+			}
+		}
+		runtime.KeepAlive(ds.Args)
+		for i := range 3 {
+			c.groups[i], c.threads[i] = uint64(ds.Groups[i]), uint64(ds.Threads[i])
+		}
+		msg(c.enc, sel.dispatchGroups, uintptr(unsafe.Pointer(&c.groups)), uintptr(unsafe.Pointer(&c.threads)))
+	})
 	runtime.KeepAlive(c)
 }
 
