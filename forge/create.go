@@ -34,9 +34,11 @@ func checkShape(op string, shape []int) {
 
 // checkDType panics unless dt is a known dtype.
 func checkDType(op string, dt DType, shape []int) {
-	if dt != Float32 && dt != Float64 && dt != Int32 {
-		panic(errorf(op, "unknown dtype %v for shape %v; use forge.Float32, Float64 or Int32", dt, shape))
+	switch dt {
+	case Float32, Float64, Int32, Float16, BFloat16:
+		return
 	}
+	panic(errorf(op, "unknown dtype %v for shape %v; use forge.Float32, Float64, Int32, Float16 or BFloat16", dt, shape))
 }
 
 // fullOn returns a tensor of shape filled with v on dev.
@@ -78,7 +80,8 @@ func Scalar(v float64) *Tensor { return fullOn(DefaultDevice(), Float32, nil, v)
 
 // FromSlice copies data ([]float32, []float64 or []int32) into a new tensor
 // on the default device. With no shape the tensor is 1-D; otherwise the
-// shape's product must equal len(data).
+// shape's product must equal len(data). For a Float16 or BFloat16 tensor,
+// cast one: FromSlice(float32s).Cast(forge.Float16).
 func FromSlice(data any, shape ...int) *Tensor {
 	return fromSliceOn(DefaultDevice(), data, shape)
 }
@@ -102,6 +105,8 @@ func fromSliceOn(dev *Device, data any, shape []int) *Tensor {
 			v[i] = int32(x)
 		}
 		return fromSliceOn(dev, v, shape)
+	case []uint16:
+		panic(errorf("from_slice", "[]uint16 is ambiguous (float16 or bfloat16 bits); make a float32 tensor and Cast it to forge.Float16 or forge.BFloat16"))
 	default:
 		panic(errorf("from_slice", "unsupported data type %T; use []float32, []float64, []int32 or []int", data))
 	}
@@ -166,7 +171,11 @@ func (t *Tensor) To(d *Device) *Tensor {
 }
 
 // Cast returns the tensor converted to dtype dt (t itself if it has it).
-// Casts between float dtypes are differentiable.
+// Casts between float dtypes (Float32, Float64, Float16, BFloat16) are
+// differentiable: the gradient is cast back to t's dtype. A cast to
+// Float16 or BFloat16 rounds to nearest even (±Inf past the largest finite
+// value, NaN stays NaN); one from them is exact. A cast from a float to
+// Int32 truncates toward zero.
 func (t *Tensor) Cast(dt DType) *Tensor {
 	if t.dtype == dt {
 		return t
@@ -182,12 +191,16 @@ func (t *Tensor) Cast(dt DType) *Tensor {
 	return record(out, "cast", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.Cast(from)} })
 }
 
+// hostSlice returns a host slice of n elements for a buffer of dtype dt:
+// []uint16 bit patterns for Float16 and BFloat16.
 func hostSlice(dt DType, n int) any {
 	switch dt {
 	case Float32:
 		return make([]float32, n)
 	case Float64:
 		return make([]float64, n)
+	case Float16, BFloat16:
+		return make([]uint16, n)
 	}
 	return make([]int32, n)
 }

@@ -5,10 +5,14 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/forgeml/forge/forge/half"
 )
 
 // Data synchronises and returns a row-major copy of the values: []float32,
-// []float64 or []int32 by dtype.
+// []float64 or []int32 by dtype, and for Float16 and BFloat16 a []uint16
+// of their bit patterns (package forge/half converts them; Float32s and
+// Float64s return the values).
 func (t *Tensor) Data() any {
 	c := t
 	if !t.IsContiguous() || t.offset != 0 || t.buf.Len() != t.Numel() {
@@ -36,16 +40,38 @@ func (t *Tensor) Float64s() []float64 {
 			out[i] = float64(x)
 		}
 		return out
+	case []uint16:
+		out := make([]float64, len(d))
+		for i, x := range widenHalf(t.dtype, d) {
+			out[i] = float64(x)
+		}
+		return out
 	}
 	return nil
 }
 
-// Float32s synchronises and returns the values of a float32 tensor.
-func (t *Tensor) Float32s() []float32 {
-	if t.dtype != Float32 {
-		panic(errorf("float32s", "tensor is %v, not float32; use Float64s or Cast", t.dtype))
+// widenHalf returns the float32 values of the Float16 or BFloat16 bits h
+// (exact).
+func widenHalf(dt DType, h []uint16) []float32 {
+	out := make([]float32, len(h))
+	if dt == BFloat16 {
+		half.DecodeBFloat16(out, h)
+	} else {
+		half.DecodeFloat16(out, h)
 	}
-	return t.Data().([]float32)
+	return out
+}
+
+// Float32s synchronises and returns the values of a float32 tensor, or
+// of a Float16 or BFloat16 one widened (exactly) to float32.
+func (t *Tensor) Float32s() []float32 {
+	switch t.dtype {
+	case Float32:
+		return t.Data().([]float32)
+	case Float16, BFloat16:
+		return widenHalf(t.dtype, t.Data().([]uint16))
+	}
+	panic(errorf("float32s", "tensor is %v, not float32, float16 or bfloat16; use Float64s or Cast", t.dtype))
 }
 
 // Int32s synchronises and returns the values of an int32 tensor.

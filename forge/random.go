@@ -1,6 +1,7 @@
 package forge
 
 import (
+	"github.com/forgeml/forge/forge/half"
 	"math"
 	"math/bits"
 )
@@ -173,6 +174,21 @@ func fromFloat64s(op string, dt DType, v []float64, shape []int) *Tensor {
 			f[i] = float32(x)
 		}
 		return exactShape(FromSlice(f, shape...), shape)
+	case Float16, BFloat16:
+		// Rounded once from float64 (through float32 would round twice).
+		bits := make([]uint16, len(v))
+		for i, x := range v {
+			if dt == Float16 {
+				bits[i] = half.Float16BitsFrom64(x)
+			} else {
+				bits[i] = half.BFloat16BitsFrom64(x)
+			}
+		}
+		checkShape(op, shape)
+		dev := DefaultDevice()
+		t := newTensor(dev, dt, shape)
+		dev.b.Write(t.buf, bits)
+		return t
 	}
 	panic(errorf(op, "needs a float dtype, got %v", dt))
 }

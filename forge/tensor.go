@@ -16,9 +16,11 @@ type DType = backend.DType
 
 // The dtypes.
 const (
-	Float32 = backend.Float32
-	Float64 = backend.Float64
-	Int32   = backend.Int32
+	Float32  = backend.Float32
+	Float64  = backend.Float64
+	Int32    = backend.Int32
+	Float16  = backend.Float16  // IEEE 754 half; storage dtype (make one with Cast)
+	BFloat16 = backend.BFloat16 // bfloat16; storage dtype (make one with Cast)
 )
 
 // Device is a backend that tensors live on.

@@ -18,6 +18,11 @@
 //     A kernel given a dtype it does not support panics with a message naming
 //     the kernel and the dtype. The forge package checks shapes and dtypes
 //     before calling, so kernels check only what forge cannot.
+//   - Float16 and BFloat16 are storage dtypes: every backend allocates,
+//     writes, reads, fills and copies (converting) them; whether other
+//     kernels take them is the backend's choice (the CPU, the float32 and
+//     float64 reference, computes in neither). Host slices of them are
+//     []uint16 bit patterns; package forge/half converts.
 //
 // A backend may leave kernels unimplemented by embedding Unimplemented; the
 // conformance suite (forge/forgetest) reports such kernels by name and
@@ -35,9 +40,11 @@ import (
 type DType uint8
 
 const (
-	Float32 DType = iota // IEEE 754 single precision; the training dtype
-	Float64              // double precision, CPU only; for gradient checks
-	Int32                // token ids, indices, argmax results
+	Float32  DType = iota // IEEE 754 single precision; the training dtype
+	Float64               // double precision, CPU only; for gradient checks
+	Int32                 // token ids, indices, argmax results
+	Float16               // IEEE 754 binary16; a storage dtype (host slices: []uint16 bits)
+	BFloat16              // the top 16 bits of a float32; a storage dtype (likewise)
 )
 
 func (d DType) String() string {
@@ -48,20 +55,33 @@ func (d DType) String() string {
 		return "float64"
 	case Int32:
 		return "int32"
+	case Float16:
+		return "float16"
+	case BFloat16:
+		return "bfloat16"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
 // Size is the size of one element in bytes.
 func (d DType) Size() int {
-	if d == Float64 {
+	switch d {
+	case Float64:
 		return 8
+	case Float16, BFloat16:
+		return 2
 	}
 	return 4
 }
 
 // IsFloat reports whether d is a floating-point dtype.
-func (d DType) IsFloat() bool { return d == Float32 || d == Float64 }
+func (d DType) IsFloat() bool {
+	return d == Float32 || d == Float64 || d == Float16 || d == BFloat16
+}
+
+// IsHalf reports whether d is a 16-bit floating-point dtype (Float16 or
+// BFloat16).
+func (d DType) IsHalf() bool { return d == Float16 || d == BFloat16 }
 
 // Buffer is a block of device memory holding Len elements of one dtype.
 type Buffer interface {
@@ -242,17 +262,27 @@ type Backend interface {
 	Free(b Buffer)
 	// Write copies host data ([]float32, []float64 or []int32 matching the
 	// buffer's dtype, len ≤ Len) into the buffer starting at element 0.
+	// Float16 and BFloat16 buffers take a []uint16 of bit patterns (see
+	// package forge/half for the conversions); the bits are stored as given.
 	Write(dst Buffer, src any)
 	// Read synchronises and copies the buffer's first len(dst) elements into
-	// dst ([]float32, []float64 or []int32 matching the dtype).
+	// dst ([]float32, []float64 or []int32 matching the dtype; []uint16 of
+	// bit patterns for Float16 and BFloat16).
 	Read(src Buffer, dst any)
 	// Sync waits for every queued kernel to finish.
 	Sync()
 
-	// Fill sets every element of dst to v.
+	// Fill sets every element of dst to v, converted to dst's dtype as Copy
+	// converts (for Float16 and BFloat16, v rounds once, from float64).
 	Fill(dst View, v float64)
 	// Copy copies src into dst elementwise (same shape; src may be strided
-	// or broadcast, dst may be strided). It converts between dtypes.
+	// or broadcast, dst may be strided). It converts between dtypes: a
+	// float to Int32 truncates toward zero; to Float16 or BFloat16 the
+	// exact source value rounds once to nearest, ties to even, past the
+	// largest finite value to ±Inf, and a NaN stays a NaN (the functions
+	// of package forge/half); from Float16 or BFloat16 the value widens
+	// exactly; otherwise as Go's conversions (float64 to float32 rounds to
+	// nearest even).
 	Copy(dst, src View)
 	// Unary computes dst = op(src); src is broadcast to dst's shape. dst
 	// may be src itself (the same view, no broadcast): the op then runs in

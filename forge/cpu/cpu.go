@@ -5,6 +5,14 @@
 //
 // Importing the package registers the backend under the name "cpu".
 //
+// # 16-bit floats
+//
+// Float16 and BFloat16 buffers hold bit patterns ([]uint16). The CPU
+// stores, fills, reads, writes and converts them (Copy, rounding once to
+// nearest even, package forge/half) but computes nothing in them: it is
+// the float32/float64 reference, and every other kernel given a 16-bit
+// view panics naming the kernel and the dtype.
+//
 // # Threads
 //
 // One pool is in charge at a time: Go kernels split rows over GOMAXPROCS
@@ -24,6 +32,7 @@ import (
 	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/forge/half"
 )
 
 func init() {
@@ -47,11 +56,14 @@ func New() *Backend {
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Buffer is CPU memory: exactly one of the slices is non-nil.
+// Buffer is CPU memory: exactly one of the slices is non-nil. F16 and
+// BF16 hold the bit patterns of Float16 and BFloat16 elements.
 type Buffer struct {
-	F32 []float32
-	F64 []float64
-	I32 []int32
+	F32  []float32
+	F64  []float64
+	I32  []int32
+	F16  []uint16
+	BF16 []uint16
 }
 
 // Len returns the number of elements.
@@ -61,6 +73,10 @@ func (b *Buffer) Len() int {
 		return len(b.F32)
 	case b.F64 != nil:
 		return len(b.F64)
+	case b.F16 != nil:
+		return len(b.F16)
+	case b.BF16 != nil:
+		return len(b.BF16)
 	}
 	return len(b.I32)
 }
@@ -72,8 +88,21 @@ func (b *Buffer) DType() backend.DType {
 		return backend.Float32
 	case b.F64 != nil:
 		return backend.Float64
+	case b.F16 != nil:
+		return backend.Float16
+	case b.BF16 != nil:
+		return backend.BFloat16
 	}
 	return backend.Int32
+}
+
+// u16 returns the bit-pattern slice of a Float16 or BFloat16 buffer (nil
+// for other dtypes).
+func (b *Buffer) u16() []uint16 {
+	if b.F16 != nil {
+		return b.F16
+	}
+	return b.BF16
 }
 
 // Alloc returns a buffer of n elements. Buffers of at least poolMinElems
@@ -90,6 +119,8 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 			return allocPooled(uint8(dt), c, func() poolEntry { return poolEntry{f64: make([]float64, c)} })
 		case backend.Int32:
 			return allocPooled(uint8(dt), c, func() poolEntry { return poolEntry{i32: make([]int32, c)} })
+		case backend.Float16, backend.BFloat16:
+			return allocPooled(uint8(dt), c, func() poolEntry { return poolEntry{u16: make([]uint16, c)} })
 		}
 	}
 	switch dt {
@@ -99,6 +130,10 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 		return &Buffer{F64: make([]float64, c, max(c, 1))}
 	case backend.Int32:
 		return &Buffer{I32: make([]int32, c, max(c, 1))}
+	case backend.Float16:
+		return &Buffer{F16: make([]uint16, c, max(c, 1))}
+	case backend.BFloat16:
+		return &Buffer{BF16: make([]uint16, c, max(c, 1))}
 	}
 	panic(fmt.Sprintf("cpu: alloc: unknown dtype %v", dt))
 }
@@ -108,12 +143,36 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 func (b *Backend) Free(buf backend.Buffer) {
 	if c, ok := buf.(*Buffer); ok {
 		c.F32, c.F64, c.I32 = c.F32[:0:0], c.F64[:0:0], c.I32[:0:0]
+		c.F16, c.BF16 = c.F16[:0:0], c.BF16[:0:0]
 	}
 }
 
-// Write copies host data into buf.
+// hostFits panics unless host is the host slice type of dt: []float32,
+// []float64, []int32, or []uint16 (bit patterns) for Float16 and BFloat16.
+func hostFits(op string, dt backend.DType, host any) {
+	ok := false
+	switch host.(type) {
+	case []float32:
+		ok = dt == backend.Float32
+	case []float64:
+		ok = dt == backend.Float64
+	case []int32:
+		ok = dt == backend.Int32
+	case []uint16:
+		ok = dt == backend.Float16 || dt == backend.BFloat16
+	default:
+		panic(fmt.Sprintf("cpu: %s: unsupported host type %T", op, host))
+	}
+	if !ok {
+		panic(fmt.Sprintf("cpu: %s: host type %T does not match a %v buffer", op, host, dt))
+	}
+}
+
+// Write copies host data into buf ([]uint16 bit patterns for Float16 and
+// BFloat16).
 func (b *Backend) Write(dst backend.Buffer, src any) {
 	d := dst.(*Buffer)
+	hostFits("write", d.DType(), src)
 	switch s := src.(type) {
 	case []float32:
 		copy(d.F32, s)
@@ -121,15 +180,17 @@ func (b *Backend) Write(dst backend.Buffer, src any) {
 		copy(d.F64, s)
 	case []int32:
 		copy(d.I32, s)
-	default:
-		panic(fmt.Sprintf("cpu: write: unsupported host type %T", src))
+	case []uint16:
+		copy(d.u16(), s)
 	}
 	runtime.KeepAlive(d) // a pooled buffer must not be recycled during the copy
 }
 
-// Read copies buf's leading elements into dst.
+// Read copies buf's leading elements into dst ([]uint16 bit patterns for
+// Float16 and BFloat16).
 func (b *Backend) Read(src backend.Buffer, dst any) {
 	s := src.(*Buffer)
+	hostFits("read", s.DType(), dst)
 	switch d := dst.(type) {
 	case []float32:
 		copy(d, s.F32)
@@ -137,8 +198,8 @@ func (b *Backend) Read(src backend.Buffer, dst any) {
 		copy(d, s.F64)
 	case []int32:
 		copy(d, s.I32)
-	default:
-		panic(fmt.Sprintf("cpu: read: unsupported host type %T", dst))
+	case []uint16:
+		copy(d, s.u16())
 	}
 	runtime.KeepAlive(s)
 }
@@ -177,6 +238,16 @@ func floats[T Float](v backend.View) []T {
 
 func badDType(kernel string, dt backend.DType) string {
 	return fmt.Sprintf("cpu: %s: unsupported dtype %v", kernel, dt)
+}
+
+// noHalf panics with badDType if a view (with a buffer) is Float16 or
+// BFloat16: the CPU stores and converts them but computes in none.
+func noHalf(kernel string, views ...backend.View) {
+	for _, v := range views {
+		if v.Buf != nil && v.DType().IsHalf() {
+			panic(badDType(kernel, v.DType()))
+		}
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -384,10 +455,28 @@ func (b *Backend) Fill(dst backend.View, v float64) {
 				d[p] = x
 			}
 		})
+	case backend.Float16, backend.BFloat16:
+		// v rounds once, from float64, to the 16-bit format.
+		x := half.Float16BitsFrom64(v)
+		if dst.DType() == backend.BFloat16 {
+			x = half.BFloat16BitsFrom64(v)
+		}
+		d := buf(dst).u16()
+		b.each(l, func(o []int, n int) {
+			for j, p := 0, o[0]; j < n; j, p = j+1, p+s {
+				d[p] = x
+			}
+		})
+	default:
+		panic(badDType("fill", dst.DType()))
 	}
 }
 
-// Copy copies src into dst (same shape), converting dtypes.
+// Copy copies src into dst (same shape), converting dtypes: a float to
+// int32 truncates toward zero; a value to Float16 or BFloat16 rounds once
+// to nearest even (±Inf past the largest finite value, NaN stays NaN);
+// every other conversion is exact (16-bit floats widen exactly) or rounds
+// to nearest as Go's conversions do.
 func (b *Backend) Copy(dst, src backend.View) {
 	l := newLayout(dst, src)
 	sd, ss := l.innerStride(0), l.innerStride(1)
@@ -399,9 +488,23 @@ func (b *Backend) Copy(dst, src backend.View) {
 		copyRuns(b, l, db.F64, sb.F64, sd, ss)
 	case db.I32 != nil && sb.I32 != nil:
 		copyRuns(b, l, db.I32, sb.I32, sd, ss)
+	case db.F16 != nil && sb.F16 != nil:
+		copyRuns(b, l, db.F16, sb.F16, sd, ss)
+	case db.BF16 != nil && sb.BF16 != nil:
+		copyRuns(b, l, db.BF16, sb.BF16, sd, ss)
+	// The casts of mixed precision, without the float64 detour.
+	case db.F16 != nil && sb.F32 != nil:
+		convertRuns(b, l, db.F16, sb.F32, sd, ss, half.Float16Bits)
+	case db.BF16 != nil && sb.F32 != nil:
+		convertRuns(b, l, db.BF16, sb.F32, sd, ss, half.BFloat16Bits)
+	case db.F32 != nil && sb.F16 != nil:
+		convertRuns(b, l, db.F32, sb.F16, sd, ss, half.Float16FromBits)
+	case db.F32 != nil && sb.BF16 != nil:
+		convertRuns(b, l, db.F32, sb.BF16, sd, ss, half.BFloat16FromBits)
 	default:
-		// Dtype conversion: go through float64, which holds every int32
-		// and float32 exactly.
+		// Dtype conversion: go through float64, which holds every int32,
+		// float32 and 16-bit float exactly (so a 16-bit result is rounded
+		// once).
 		get := getter(sb)
 		set := setter(db)
 		b.each(l, func(o []int, n int) {
@@ -412,7 +515,16 @@ func (b *Backend) Copy(dst, src backend.View) {
 	}
 }
 
-func copyRuns[T float32 | float64 | int32](b *Backend, l layout, d, s []T, sd, ss int) {
+// convertRuns copies s into d through conv, run by run.
+func convertRuns[D, S any](b *Backend, l layout, d []D, s []S, sd, ss int, conv func(S) D) {
+	b.each(l, func(o []int, n int) {
+		for j, p, q := 0, o[0], o[1]; j < n; j, p, q = j+1, p+sd, q+ss {
+			d[p] = conv(s[q])
+		}
+	})
+}
+
+func copyRuns[T float32 | float64 | int32 | uint16](b *Backend, l layout, d, s []T, sd, ss int) {
 	b.each(l, func(o []int, n int) {
 		if sd == 1 && ss == 1 {
 			copy(d[o[0]:o[0]+n], s[o[1]:o[1]+n])
@@ -430,6 +542,10 @@ func getter(b *Buffer) func(int) float64 {
 		return func(i int) float64 { return float64(b.F32[i]) }
 	case b.F64 != nil:
 		return func(i int) float64 { return b.F64[i] }
+	case b.F16 != nil:
+		return func(i int) float64 { return float64(half.Float16FromBits(b.F16[i])) }
+	case b.BF16 != nil:
+		return func(i int) float64 { return float64(half.BFloat16FromBits(b.BF16[i])) }
 	}
 	return func(i int) float64 { return float64(b.I32[i]) }
 }
@@ -440,6 +556,10 @@ func setter(b *Buffer) func(int, float64) {
 		return func(i int, v float64) { b.F32[i] = float32(v) }
 	case b.F64 != nil:
 		return func(i int, v float64) { b.F64[i] = v }
+	case b.F16 != nil:
+		return func(i int, v float64) { b.F16[i] = half.Float16BitsFrom64(v) }
+	case b.BF16 != nil:
+		return func(i int, v float64) { b.BF16[i] = half.BFloat16BitsFrom64(v) }
 	}
 	return func(i int, v float64) { b.I32[i] = int32(v) }
 }

@@ -42,15 +42,17 @@ import (
 // cheap for the allocator and numerous.
 const poolMinElems = 4096
 
-// poolEntry is a recycled slice: exactly one field is non-nil.
+// poolEntry is a recycled slice: exactly one field is non-nil (u16 for
+// Float16 and BFloat16, told apart by the pool key's dtype).
 type poolEntry struct {
 	f32 []float32
 	f64 []float64
 	i32 []int32
+	u16 []uint16
 }
 
 func (e poolEntry) bytes() int64 {
-	return int64(len(e.f32))*4 + int64(len(e.f64))*8 + int64(len(e.i32))*4
+	return int64(len(e.f32))*4 + int64(len(e.f64))*8 + int64(len(e.i32))*4 + int64(len(e.u16))*2
 }
 
 type poolKey struct {
@@ -108,10 +110,7 @@ func (p *bufPool) get(dt uint8, n int) (poolEntry, bool) {
 	l := p.free[k]
 	if len(l) == 0 {
 		p.misses++
-		p.missBytes += int64(n) * 4
-		if dt == uint8(backend.Float64) {
-			p.missBytes += int64(n) * 4
-		}
+		p.missBytes += int64(n) * int64(backend.DType(dt).Size())
 		if p.missBytes >= poolGCBytes && !p.gcRunning {
 			p.missBytes = 0
 			p.gcRunning = true
@@ -146,7 +145,7 @@ func (p *bufPool) put(dt uint8, e poolEntry) {
 	if p.bytes+n > p.maxBytes {
 		return // full: the garbage collector frees it
 	}
-	k := poolKey{dt, len(e.f32) + len(e.f64) + len(e.i32)}
+	k := poolKey{dt, len(e.f32) + len(e.f64) + len(e.i32) + len(e.u16)}
 	p.free[k] = append(p.free[k], e)
 	p.bytes += n
 }
@@ -162,6 +161,9 @@ func (e poolEntry) fillPoison() {
 	for i := range e.i32 {
 		e.i32[i] = -0x5eed
 	}
+	for i := range e.u16 {
+		e.u16[i] = 0xffff // a NaN in both Float16 and BFloat16
+	}
 }
 
 // allocPooled returns a buffer of n ≥ poolMinElems elements of dt, from
@@ -176,6 +178,12 @@ func allocPooled(dt uint8, n int, make func() poolEntry) *Buffer {
 		}
 	}
 	b := &Buffer{F32: e.f32, F64: e.f64, I32: e.i32}
+	switch backend.DType(dt) {
+	case backend.Float16:
+		b.F16 = e.u16
+	case backend.BFloat16:
+		b.BF16 = e.u16
+	}
 	if pool.maxBytes > 0 {
 		runtime.AddCleanup(b, func(e poolEntry) { pool.put(dt, e) }, e)
 	}

@@ -42,7 +42,7 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 			panic(fmt.Sprintf("cpu: reduce: %v needs an int32 dst, have %v", op, dst.DType()))
 		}
 	case backend.ReduceSum, backend.ReduceMax, backend.ReduceMin:
-		if !dst.DType().IsFloat() {
+		if dt := dst.DType(); dt != backend.Float32 && dt != backend.Float64 {
 			panic(badDType("reduce "+op.String()+" (dst)", dst.DType()))
 		}
 	default:

@@ -1,11 +1,13 @@
 // Package forgetest is Forge's backend conformance suite: every op, forward
 // and gradient, checked against independent references — PyTorch fixtures
 // (TorchParity), float64 central differences (GradCheck), host-side
-// reference implementations (Properties), the error contract (BadInput)
-// and the fused training-step kernels (Fused). Each suite function takes
-// the device to test, so every backend runs the same suite; the package's
-// own tests pick the device from FORGE_BACKEND (default "cpu"; the tests
-// import the Metal backend, so "metal" and "metal-emu" are available).
+// reference implementations (Properties), the error contract (BadInput),
+// the fused training-step kernels (Fused) and the conversions of the
+// 16-bit float storage dtypes against package forge/half
+// (HalfConversions). Each suite function takes the device to test, so
+// every backend runs the same suite; the package's own tests pick the
+// device from FORGE_BACKEND (default "cpu"; the tests import the Metal
+// backend, so "metal" and "metal-emu" are available).
 //
 // Devices without float64 (Metal) run everything in float32: GradCheck
 // then compares float32 analytic gradients on the device with float64
@@ -45,4 +47,5 @@ func Run(t *testing.T, dev *forge.Device) {
 	t.Run("Properties", func(t *testing.T) { Properties(t, dev) })
 	t.Run("BadInput", func(t *testing.T) { BadInput(t, dev) })
 	t.Run("Fused", func(t *testing.T) { Fused(t, dev) })
+	t.Run("HalfConversions", func(t *testing.T) { HalfConversions(t, dev) })
 }

@@ -19,6 +19,10 @@ func TestProperties(t *testing.T) {
 // TestFused runs the fused training-step kernels' checks.
 func TestFused(t *testing.T) { forgetest.Fused(t, forgetest.Device(t)) }
 
+// TestHalfConversions runs the float16/bfloat16 storage and conversion
+// checks.
+func TestHalfConversions(t *testing.T) { forgetest.HalfConversions(t, forgetest.Device(t)) }
+
 // TestBadInput runs the error-contract table.
 func TestBadInput(t *testing.T) { forgetest.BadInput(t, forgetest.Device(t)) }
 
