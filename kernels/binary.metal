@@ -1,17 +1,19 @@
 // binary.metal — Backend.Binary (dst = a op b, a and b broadcast to dst's
-// shape by stride-0 dimensions), float32, and Backend.Where (dst = cond ≠ 0
-// ? a : b) over 32-bit data.
+// shape by stride-0 dimensions) on float32, float16 or bfloat16 (binary_f32,
+// binary_f16, binary_bf16: float32 arithmetic, rounded once on store), and
+// Backend.Where (dst = cond ≠ 0 ? a : b) over 32- or 16-bit data and
+// conditions (where_x32, where_x16, where_x32_c16, where_x16_c16).
 //
 // Function constants:
-//   0 binary_op       (uint): binary_f32: the backend.BinaryOp value
+//   0 binary_op       (uint): binary_*: the backend.BinaryOp value
 //                             (Add = 0 … Ge = 12); each op is its own
 //                             pipeline.
 //   1 binary_flat     (bool): every view is one run (ndim == 1 after
 //                             coalescing): element i is at i·stride (a
 //                             contiguous view has stride 1, a broadcast
 //                             scalar 0), no index decomposition.
-//   2 where_cond_int  (bool): where_x32: cond holds int32 (else float32;
-//                             −0 counts as zero, NaN as non-zero).
+//   2 where_cond_int  (bool): where_x32, where_x16: cond holds int32 (else
+//                             float32; −0 counts as zero, NaN as non-zero).
 #include <metal_stdlib>
 using namespace metal;
 
@@ -91,29 +93,69 @@ static inline int binary_offset(constant BinaryParams& p, uint v, uint i) {
     return off;
 }
 
-kernel void binary_f32(device float* dst [[buffer(0)]],
-                       const device float* a [[buffer(1)]],
-                       const device float* b [[buffer(2)]],
-                       constant BinaryParams& p [[buffer(3)]],
-                       uint gid [[thread_position_in_grid]],
-                       uint gsize [[threads_per_grid]]) {
+// Storage types of binary_T: float32, float16 (half) and bfloat16 (bfloat),
+// one dtype for dst, a and b. Loads widen to float32 (exact), the op runs
+// in float32, the store rounds once: float → half is the hardware
+// conversion (round to nearest even); float → bfloat rounds to nearest
+// even in integer arithmetic (NaN stays NaN, quiet), as forge/half does.
+static inline float binary_load(float x) { return x; }
+static inline float binary_load(half x) { return float(x); }
+static inline float binary_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T binary_store(float x);
+template <> inline float binary_store<float>(float x) { return x; }
+template <> inline half binary_store<half>(float x) { return half(x); }
+template <> inline bfloat binary_store<bfloat>(float x) {
+    uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+template <typename T>
+kernel void binary_t(device T* dst [[buffer(0)]],
+                     const device T* a [[buffer(1)]],
+                     const device T* b [[buffer(2)]],
+                     constant BinaryParams& p [[buffer(3)]],
+                     uint gid [[thread_position_in_grid]],
+                     uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float av = a[binary_offset(p, 1, i)];
-        float bv = b[binary_offset(p, 2, i)];
-        dst[binary_offset(p, 0, i)] = binary_apply(av, bv);
+        float av = binary_load(a[binary_offset(p, 1, i)]);
+        float bv = binary_load(b[binary_offset(p, 2, i)]);
+        dst[binary_offset(p, 0, i)] = binary_store<T>(binary_apply(av, bv));
     }
 }
 
-kernel void where_x32(device uint* dst [[buffer(0)]],
-                      const device uint* cond [[buffer(1)]],
-                      const device uint* a [[buffer(2)]],
-                      const device uint* b [[buffer(3)]],
-                      constant BinaryParams& p [[buffer(4)]],
-                      uint gid [[thread_position_in_grid]],
-                      uint gsize [[threads_per_grid]]) {
+template [[host_name("binary_f32")]] [[kernel]] void binary_t<float>(device float*, const device float*, const device float*, constant BinaryParams&, uint, uint);
+template [[host_name("binary_f16")]] [[kernel]] void binary_t<half>(device half*, const device half*, const device half*, constant BinaryParams&, uint, uint);
+template [[host_name("binary_bf16")]] [[kernel]] void binary_t<bfloat>(device bfloat*, const device bfloat*, const device bfloat*, constant BinaryParams&, uint, uint);
+
+// where_T_C moves data words of T (uint: float32/int32; ushort: float16/
+// bfloat16) under a condition of words C: where_x32 (32-bit data and
+// cond), where_x16 (16-bit data, 32-bit cond), where_x32_c16 and
+// where_x16_c16 (a float16 or bfloat16 cond: non-zero unless ±0, so NaN
+// counts as non-zero; where_cond_int is ignored).
+static inline bool where_take(uint c) {
+    return where_cond_int ? (as_type<int>(c) != 0) : (as_type<float>(c) != 0.0f);
+}
+static inline bool where_take(ushort c) { return (c & 0x7fffu) != 0u; }
+
+template <typename T, typename C>
+kernel void where_t(device T* dst [[buffer(0)]],
+                    const device C* cond [[buffer(1)]],
+                    const device T* a [[buffer(2)]],
+                    const device T* b [[buffer(3)]],
+                    constant BinaryParams& p [[buffer(4)]],
+                    uint gid [[thread_position_in_grid]],
+                    uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        uint c = cond[binary_offset(p, 1, i)];
-        bool take_a = where_cond_int ? (as_type<int>(c) != 0) : (as_type<float>(c) != 0.0f);
+        bool take_a = where_take(cond[binary_offset(p, 1, i)]);
         dst[binary_offset(p, 0, i)] = take_a ? a[binary_offset(p, 2, i)] : b[binary_offset(p, 3, i)];
     }
 }
+
+template [[host_name("where_x32")]] [[kernel]] void where_t<uint, uint>(device uint*, const device uint*, const device uint*, const device uint*, constant BinaryParams&, uint, uint);
+template [[host_name("where_x16")]] [[kernel]] void where_t<ushort, uint>(device ushort*, const device uint*, const device ushort*, const device ushort*, constant BinaryParams&, uint, uint);
+template [[host_name("where_x32_c16")]] [[kernel]] void where_t<uint, ushort>(device uint*, const device ushort*, const device uint*, const device uint*, constant BinaryParams&, uint, uint);
+template [[host_name("where_x16_c16")]] [[kernel]] void where_t<ushort, ushort>(device ushort*, const device ushort*, const device ushort*, const device ushort*, constant BinaryParams&, uint, uint);

@@ -1,6 +1,7 @@
 // copy.metal — Backend.Copy: dst = src elementwise over one shape, src
-// strided or broadcast (stride 0), dst strided, converting between float32
-// and int32 where the dtypes differ.
+// strided or broadcast (stride 0), dst strided, converting where the
+// dtypes differ: copy_x32 between float32 and int32, copy_cvt (below) when
+// either side is float16 or bfloat16.
 //
 // Function constants:
 //   0 copy_flat    (bool): both views are one run (ndim == 1): element i is
@@ -58,5 +59,144 @@ kernel void copy_x32(device uint* dst [[buffer(0)]],
             }
         }
         dst[od] = copy_convert(src[os]);
+    }
+}
+
+// ---- 16-bit dtypes ------------------------------------------------------------
+// copy_cvt is Backend.Copy when either side is float16 or bfloat16: any
+// pair of float32, int32, float16 and bfloat16 (including 16 ← 16 of one
+// dtype, a plain move of the bits). The views are bound as bytes and read
+// through the pointer type of their dtype.
+//
+// Function constants (with copy_flat, 0, as above):
+//   3 copy_src_type (uint): src dtype: COPY_F32, COPY_I32, COPY_F16, COPY_BF16.
+//   4 copy_dst_type (uint): dst dtype, the same codes.
+//
+// Conversions go through float32, which holds every float16 and bfloat16
+// exactly: widening is exact (NaN payloads kept: float16 NaNs are widened
+// on the bits, since a hardware conversion may quiet a signalling one);
+// narrowing to float16 is the hardware's float → half conversion (round to
+// nearest even, overflow to ±Inf, half subnormals kept; NaNs on the bits,
+// copy_f16_bits); narrowing to bfloat16 rounds to nearest even in integer
+// arithmetic (copy_bf16_bits), so it does not depend on how a compiler or
+// GPU converts float → bfloat. int32 → 16-bit rounds once: the int32 is
+// first rounded to float32 *to odd* (copy_i32_to_odd_float: exact when it
+// fits 24 bits, else the truncation with its last bit set), which keeps
+// the information a single rounding to ≤ 11 bits needs, so the narrowing
+// gives the int32 rounded once to nearest even, as package forge/half
+// rounds the exact value (a plain float(int) first would round twice:
+// 2^24 + 2^16 + 1 would become the tie 2^24 + 2^16, then 2^24 in bfloat16,
+// not 2^24 + 2^17). 16-bit → int32 truncates toward zero, as float32 → int32.
+// Equal dtypes copy the bits unchanged (NaN payloads too).
+enum : uint { COPY_F32 = 0, COPY_I32 = 1, COPY_F16 = 2, COPY_BF16 = 3 };
+
+constant uint copy_src_type [[function_constant(3)]];
+constant uint copy_dst_type [[function_constant(4)]];
+
+// copy_bf16_bits rounds f to the nearest bfloat16 (ties to even) and
+// returns its bits; NaN stays NaN with its sign and top payload bits, the
+// quiet bit set.
+static inline ushort copy_bf16_bits(float f) {
+    uint u = as_type<uint>(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return ushort((u >> 16) | 0x40u);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return ushort(u >> 16);
+}
+
+// copy_f16_bits rounds f to the nearest float16 (ties to even: the
+// hardware conversion) and returns its bits; a NaN is narrowed on the bits
+// (sign and top payload bits kept, quiet bit set), so its payload does not
+// depend on what a GPU's conversion does with NaNs.
+static inline ushort copy_f16_bits(float f) {
+    uint u = as_type<uint>(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return ushort(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu));
+    }
+    return as_type<ushort>(half(f));
+}
+
+// copy_i32_to_odd_float is v rounded to float32 to odd: v itself when
+// exact, else the float32 next to v toward zero with its last significand
+// bit set (one of v's two float32 neighbours; it lies strictly between
+// the float32s a 16-bit narrowing rounds between, never on a tie).
+static inline float copy_i32_to_odd_float(int v) {
+    const uint mag = v < 0 ? uint(0) - uint(v) : uint(v); // |v|, INT_MIN too
+    const uint lead = 31u - clz(mag | 1u);                // top bit's position
+    if (lead < 24u) {
+        return float(v); // exact
+    }
+    const uint sh = lead - 23u;                    // bits below float32's 24
+    const uint t = mag >> sh;                      // truncated significand
+    const bool inexact = (mag & ((1u << sh) - 1u)) != 0u;
+    uint bits = (uint(lead + 127u) << 23) | (t & 0x7fffffu);
+    if (inexact) {
+        bits |= 1u;
+    }
+    if (v < 0) {
+        bits |= 0x80000000u;
+    }
+    return as_type<float>(bits);
+}
+
+// copy_load_float reads src element os as float32 (an int32 rounded to
+// odd: see copy_i32_to_odd_float; read only for a 16-bit dst).
+static inline float copy_load_float(const device uchar* src, int os) {
+    switch (copy_src_type) {
+    case COPY_F32: return ((const device float*)src)[os];
+    case COPY_I32: return copy_i32_to_odd_float(((const device int*)src)[os]);
+    case COPY_F16: {
+        // NaNs widen with their payload as it is (a signalling NaN stays
+        // one), as forge/half widens: a hardware conversion may quiet it.
+        const uint h = ((const device ushort*)src)[os];
+        if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u) {
+            return as_type<float>(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+        }
+        return float(as_type<half>(ushort(h)));
+    }
+    default: return as_type<float>(uint(((const device ushort*)src)[os]) << 16);
+    }
+}
+
+kernel void copy_cvt(device uchar* dst [[buffer(0)]],
+                     const device uchar* src [[buffer(1)]],
+                     constant CopyParams& p [[buffer(2)]],
+                     uint gid [[thread_position_in_grid]],
+                     uint gsize [[threads_per_grid]]) {
+    for (uint i = gid; i < p.n; i += gsize) {
+        int od, os;
+        if (copy_flat) {
+            od = int(i) * p.dst_strides[0];
+            os = int(i) * p.src_strides[0];
+        } else {
+            uint r = i;
+            od = 0;
+            os = 0;
+            for (int d = int(p.ndim) - 1; d >= 0; d--) {
+                uint c = r % p.shape[d];
+                r /= p.shape[d];
+                od += int(c) * p.dst_strides[d];
+                os += int(c) * p.src_strides[d];
+            }
+        }
+        if (copy_src_type == copy_dst_type) { // 16-bit ← 16-bit of one dtype
+            ((device ushort*)dst)[od] = ((const device ushort*)src)[os];
+            continue;
+        }
+        switch (copy_dst_type) {
+        case COPY_F32:
+            ((device float*)dst)[od] = copy_load_float(src, os);
+            break;
+        case COPY_I32: // from a 16-bit src
+            ((device int*)dst)[od] = int(copy_load_float(src, os));
+            break;
+        case COPY_F16:
+            ((device ushort*)dst)[od] = copy_f16_bits(copy_load_float(src, os));
+            break;
+        default:
+            ((device ushort*)dst)[od] = copy_bf16_bits(copy_load_float(src, os));
+            break;
+        }
     }
 }

@@ -1,5 +1,6 @@
 // fill.metal — Backend.Fill: set every element of a (possibly strided) view
-// to one 32-bit value (float32 or int32 bits: the Go side converts).
+// to one value: fill_x32 stores 32-bit words (float32 or int32 bits),
+// fill_x16 16-bit ones (float16 or bfloat16 bits); the Go side converts.
 //
 // Function constants:
 //   0 fill_flat (bool): the view is one run (ndim == 1 after coalescing):
@@ -40,5 +41,30 @@ kernel void fill_x32(device uint* dst [[buffer(0)]],
             }
         }
         dst[off] = p.value;
+    }
+}
+
+// fill_x16 is fill_x32 for float16 and bfloat16 views: the low 16 bits of
+// p.value are stored (the Go side rounds the value once, from float64, as
+// package forge/half does).
+kernel void fill_x16(device ushort* dst [[buffer(0)]],
+                     constant FillParams& p [[buffer(1)]],
+                     uint gid [[thread_position_in_grid]],
+                     uint gsize [[threads_per_grid]]) {
+    const ushort bits = ushort(p.value);
+    for (uint i = gid; i < p.n; i += gsize) {
+        int off;
+        if (fill_flat) {
+            off = int(i) * p.strides[0];
+        } else {
+            uint r = i;
+            off = 0;
+            for (int d = int(p.ndim) - 1; d >= 0; d--) {
+                uint c = r % p.shape[d];
+                r /= p.shape[d];
+                off += int(c) * p.strides[d];
+            }
+        }
+        dst[off] = bits;
     }
 }

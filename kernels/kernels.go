@@ -10,18 +10,30 @@
 // and documents its parameter block and function constants. The kernels:
 //
 //	fill.metal         fill_x32                  Backend.Fill (float32/int32 bits)
+//	                   fill_x16                  Backend.Fill (float16/bfloat16 bits)
 //	copy.metal         copy_x32                  Backend.Copy (float32 ↔ int32)
-//	unary.metal        unary_f32                 Backend.Unary (op = constant 0)
-//	                   unary_grad_f32            Backend.UnaryGrad
-//	binary.metal       binary_f32                Backend.Binary (op = constant 0)
-//	                   where_x32                 Backend.Where
+//	                   copy_cvt                  Backend.Copy with a float16/bfloat16 side
+//	unary.metal        unary_f32                 Backend.Unary (op = constant 0) …
+//	                   unary_f16 unary_bf16      … on float16 / bfloat16 (float32 math)
+//	                   unary_grad_f32            Backend.UnaryGrad …
+//	                   unary_grad_f16 unary_grad_bf16
+//	binary.metal       binary_f32                Backend.Binary (op = constant 0) …
+//	                   binary_f16 binary_bf16    … on float16 / bfloat16 (float32 math)
+//	                   where_x32 where_x16       Backend.Where (32/16-bit data) …
+//	                   where_x32_c16 where_x16_c16 … with a 16-bit cond
 //	reduce.metal       reduce_f32                Backend.Reduce (op = constant 0)
 //	softmax.metal      softmax_f32               Backend.Softmax
 //	                   softmax_backward_f32      Backend.SoftmaxBackward
 //	matmul.metal       matmul_f32                Backend.MatMul, simdgroup_matrix tiles
+//	                   matmul_f16_f32 matmul_f16 float16 operands (half fragments), float32
+//	                                             accumulators, float32 or float16 dst
+//	                   matmul_bf16_f32 matmul_bf16 the same for bfloat16
 //	                   matmul_splitk_f32         partial products over K chunks …
+//	                   matmul_splitk_f16 matmul_splitk_bf16 (float32 partials)
 //	                   matmul_reduce_f32         … added in a fixed order (split-K)
+//	                   matmul_reduce_f16 matmul_reduce_bf16 (rounded once to dst)
 //	                   matmul_naive_f32          the reference / fallback
+//	                   matmul_naive_f16_f32 matmul_naive_f16 matmul_naive_bf16_f32 matmul_naive_bf16
 //	norm.metal         rms_norm_f32              Backend.RMSNorm
 //	                   rms_norm_backward_f32     Backend.RMSNormBackward (dx)
 //	                   layer_norm_f32            Backend.LayerNorm

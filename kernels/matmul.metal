@@ -1,5 +1,16 @@
 // matmul.metal — Backend.MatMul: dst[b] = a[b] @ bm[b] (dst += … when
-// accumulating) for every batch index b, float32.
+// accumulating) for every batch index b, accumulated in float32.
+//
+// Mixed precision: every kernel is a template over the operands' type TI
+// (float, half or bfloat) and, where it writes dst, dst's type TO (float,
+// or the operands' 16-bit type): matmul_f32, matmul_f16_f32, matmul_f16,
+// matmul_bf16_f32, matmul_bf16 (and the splitk, reduce and naive kernels
+// likewise; see the instantiations at the end). 16-bit operands are staged
+// as they are and multiplied as simdgroup_half8x8 / simdgroup_bfloat8x8
+// fragments into simdgroup_float8x8 accumulators (the form llama.cpp's
+// kernel_mul_mm uses): the product of two halfs or two bfloats is exact in
+// float32, so the only roundings are the float32 accumulation and, for a
+// 16-bit dst, one rounding at the store (to nearest even).
 //
 // Operands arrive as strided views: a's element (i, l) is at
 // i·a_rs + l·a_cs, b's (l, j) at l·b_rs + j·b_cs. The backend's operands are
@@ -8,44 +19,47 @@
 // MM_MAX_BATCH after the Go side coalesced them) carry their own strides
 // per operand, 0 for a broadcast operand.
 //
-// matmul_f32 is the tiled kernel: each threadgroup of MM_SG simdgroups
-// computes an MM_BM × MM_BN block of dst, staging MM_BM × MM_BK of a and
-// MM_BK × MM_BN of b in threadgroup memory per step along K and multiplying
-// 8×8 simdgroup_float8x8 fragments (each simdgroup owns MM_FM × MM_FN
-// accumulator fragments, float32 throughout). Tiles are staged by walking
+// matmul_f32 (matmul_T) is the tiled kernel: each threadgroup of MM_SG
+// simdgroups computes an MM_BM × MM_BN block of dst, staging MM_BM × MM_BK
+// of a and MM_BK × MM_BN of b in threadgroup memory (rows padded by 16
+// bytes) per step along K and multiplying 8×8 fragments of the operands'
+// type (each simdgroup owns MM_FM × MM_FN simdgroup_float8x8 accumulator
+// fragments). Tiles are staged by walking
 // each operand's contiguous axis (so the loads coalesce for row- and
 // column-major operands alike). Sizes that are not tile multiples are
 // handled by function constants: predicated zero-filling loads, and edge
 // fragments stored through a per-simdgroup 8×8 scratch with per-element
-// bounds. Tile geometry is enumerators, never `constant` variables (a
+// bounds (always, for a 16-bit dst: rounded there). Tile geometry is
+// enumerators, never `constant` variables (a
 // program-scope `constant` is a memory object, not a compile-time constant:
 // loops over it do not unroll and the fragments spill).
 //
-// Split-K (matmul_splitk_f32, then matmul_reduce_f32): for products with
+// Split-K (matmul_splitk_T, then matmul_reduce_T): for products with
 // few output tiles and a long K — the weight gradients dW = xᵀ·dy of
 // training, K = B·T — the tile grid alone leaves most of the GPU idle while
-// each threadgroup walks all of K. matmul_splitk_f32 runs the same tiles
+// each threadgroup walks all of K. matmul_splitk_T runs the same tiles
 // with grid z = the split index s instead of the batch: threadgroup
 // (x, y, s) multiplies K range [s·k_chunk, (s+1)·k_chunk) (k_chunk a
 // multiple of MM_BK, the last range cut at K) into its own M × N slice of a
-// float32 scratch buffer (partial s at s·M·N, rows of N), and
-// matmul_reduce_f32 adds the partials in the fixed order s = 0, 1, … into
-// dst (dst's old value + the sum when accumulating). No atomics: the result
+// float32 scratch buffer (partial s at s·M·N, rows of N; float32 for any
+// operand type), and matmul_reduce_T adds the partials in the fixed order
+// s = 0, 1, … into dst (dst's old value + the sum when accumulating),
+// rounding once to dst's type. No atomics: the result
 // does not depend on the thread schedule. The Go side
 // (metal/ops_matmul.go) decides when to split and into how many parts.
 //
-// matmul_naive_f32 is the reference: one thread per output, a plain loop
-// over K in float32. Tests compare the two, and the backend falls back to it.
+// matmul_naive_f32 (matmul_naive_T) is the reference: one thread per
+// output, a plain loop over K in float32. Tests compare the two, and the backend falls back to it.
 //
-// Function constants (matmul_f32):
+// Function constants (matmul_T):
 //   0 mm_a_trans    (bool): a is column-major (stage it walking i fastest).
 //   1 mm_b_trans    (bool): b is column-major (stage it walking l fastest).
 //   2 mm_align_m    (bool): M is a multiple of MM_BM.
 //   3 mm_align_n    (bool): N is a multiple of MM_BN.
 //   4 mm_align_k    (bool): K is a multiple of MM_BK.
-//   5 mm_accumulate (bool): dst += a@b (also used by matmul_naive_f32 and
-//                           matmul_reduce_f32; false for matmul_splitk_f32).
-// matmul_splitk_f32 takes constants 0–5 too.
+//   5 mm_accumulate (bool): dst += a@b (also used by matmul_naive_T and
+//                           matmul_reduce_T; false for matmul_splitk_T).
+// matmul_splitk_T takes constants 0–5 too.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -59,9 +73,6 @@ enum : uint {
     MM_THREADS = MM_SG * 32,      // threads per threadgroup
     MM_FM = MM_BM / (MM_WM * 8),  // accumulator fragments per simdgroup along M
     MM_FN = MM_BN / (MM_WN * 8),  // … along N
-    MM_PAD = 4,                   // row padding of the staged tiles (16 bytes)
-    MM_LDA = MM_BK + MM_PAD,      // row length of the staged a tile (MM_BM rows)
-    MM_LDB = MM_BN + MM_PAD,      // row length of the staged b tile (MM_BK rows)
     MM_MAX_BATCH = 4,
     MM_NAIVE_TILE = 16            // matmul_naive_f32 threadgroups are 16 × 16
 };
@@ -101,12 +112,109 @@ static inline void mm_batch_offsets(constant MatMulParams& p, uint z, thread int
     }
 }
 
+// ---- storage types -----------------------------------------------------------
+// Operands (TI) are float, half or bfloat; dst (TO) is float or the
+// operands' 16-bit type. The accumulators are float32 always; a 16-bit dst
+// is widened (exactly) where accumulating and rounded once at the store:
+// float → half by the hardware conversion (round to nearest even), float →
+// bfloat to nearest even in integer arithmetic (NaN stays NaN, quiet), as
+// forge/half rounds.
+static inline float mm_widen(float x) { return x; }
+static inline float mm_widen(half x) { return float(x); }
+static inline float mm_widen(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T mm_narrow(float x);
+template <> inline float mm_narrow<float>(float x) { return x; }
+template <> inline half mm_narrow<half>(float x) { return half(x); }
+template <> inline bfloat mm_narrow<bfloat>(float x) {
+    uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+// MMStage is the staged-tile geometry for operand type TI: rows padded by
+// 16 bytes (4 floats, 8 halfs) against bank conflicts.
+template <typename TI> struct MMStage {
+    enum : uint {
+        PAD = 16 / sizeof(TI),
+        LDA = MM_BK + PAD,        // row length of the staged a tile (MM_BM rows)
+        LDB = MM_BN + PAD         // row length of the staged b tile (MM_BK rows)
+    };
+};
+
+// mm_frag_load_safe sets acc to dst's 8×8 block at (r, q), widened, zero
+// outside M × N, through the simdgroup's 8×8 float scratch sc.
+template <typename TO>
+static inline void mm_frag_load_safe(thread simdgroup_float8x8& acc, const device TO* c, uint r, uint q,
+                                     constant MatMulParams& p, threadgroup float* sc, uint lane) {
+    for (uint e = lane; e < 64; e += 32) {
+        const uint rr = r + e / 8;
+        const uint cc = q + e % 8;
+        sc[e] = (rr < p.m && cc < p.n) ? mm_widen(c[int(rr) * p.c_rs + int(cc)]) : 0.0f;
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    simdgroup_load(acc, sc, 8);
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+// mm_frag_store_safe stores acc into dst's 8×8 block at (r, q), rounded to
+// TO, inside M × N only, through sc.
+template <typename TO>
+static inline void mm_frag_store_safe(simdgroup_float8x8 acc, device TO* c, uint r, uint q,
+                                      constant MatMulParams& p, threadgroup float* sc, uint lane) {
+    simdgroup_store(acc, sc, 8);
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = lane; e < 64; e += 32) {
+        const uint rr = r + e / 8;
+        const uint cc = q + e % 8;
+        if (rr < p.m && cc < p.n) {
+            c[int(rr) * p.c_rs + int(cc)] = mm_narrow<TO>(sc[e]);
+        }
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+// mm_frag_load / mm_frag_store: a float dst in whole tiles moves straight
+// between memory and the fragment; any other case goes through the scratch.
+static inline void mm_frag_load(thread simdgroup_float8x8& acc, const device float* c, uint r, uint q,
+                                constant MatMulParams& p, threadgroup float* sc, uint lane) {
+    if (mm_align_m && mm_align_n) {
+        simdgroup_load(acc, c + int(r) * p.c_rs + int(q), ulong(p.c_rs));
+    } else {
+        mm_frag_load_safe(acc, c, r, q, p, sc, lane);
+    }
+}
+template <typename TO>
+static inline void mm_frag_load(thread simdgroup_float8x8& acc, const device TO* c, uint r, uint q,
+                                constant MatMulParams& p, threadgroup float* sc, uint lane) {
+    mm_frag_load_safe(acc, c, r, q, p, sc, lane);
+}
+static inline void mm_frag_store(simdgroup_float8x8 acc, device float* c, uint r, uint q,
+                                 constant MatMulParams& p, threadgroup float* sc, uint lane) {
+    if (mm_align_m && mm_align_n) {
+        simdgroup_store(acc, c + int(r) * p.c_rs + int(q), ulong(p.c_rs));
+    } else {
+        mm_frag_store_safe(acc, c, r, q, p, sc, lane);
+    }
+}
+template <typename TO>
+static inline void mm_frag_store(simdgroup_float8x8 acc, device TO* c, uint r, uint q,
+                                 constant MatMulParams& p, threadgroup float* sc, uint lane) {
+    mm_frag_store_safe(acc, c, r, q, p, sc, lane);
+}
+
 // mm_tiles computes the MM_BM × MM_BN block tg of c (rows of p.c_rs)
 // from K range [kbeg, kend) of a and b (already offset to their matrices),
-// staging through the threadgroup arrays as, bs and scratch.
-static inline void mm_tiles(device float* c,
-                            const device float* a,
-                            const device float* b,
+// staging through the threadgroup arrays as, bs and scratch. Operand
+// fragments are simdgroup_matrix<TI, 8, 8> (float, half or bfloat), the
+// accumulators simdgroup_float8x8 (a half × half or bfloat × bfloat product
+// is exact in float32, so only the accumulation rounds).
+template <typename TI, typename TO>
+static inline void mm_tiles(device TO* c,
+                            const device TI* a,
+                            const device TI* b,
                             constant MatMulParams& p,
                             uint kbeg,
                             uint kend,
@@ -114,9 +222,10 @@ static inline void mm_tiles(device float* c,
                             uint tid,
                             uint lane,
                             uint sg,
-                            threadgroup float* as,
-                            threadgroup float* bs,
+                            threadgroup TI* as,
+                            threadgroup TI* bs,
                             threadgroup float* scratch) {
+    typedef MMStage<TI> S;
     const uint row0 = tg.y * MM_BM;
     const uint col0 = tg.x * MM_BN;
     const uint sm = sg / MM_WN;
@@ -130,21 +239,10 @@ static inline void mm_tiles(device float* c,
     for (uint i = 0; i < MM_FM; i++) {
 #pragma clang loop unroll(full)
         for (uint j = 0; j < MM_FN; j++) {
-            const uint r = frow + i * 8;
-            const uint q = fcol + j * 8;
-            if (!mm_accumulate) {
-                acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-            } else if (mm_align_m && mm_align_n) {
-                simdgroup_load(acc[i][j], c + int(r) * p.c_rs + int(q), ulong(p.c_rs));
+            if (mm_accumulate) {
+                mm_frag_load(acc[i][j], c, frow + i * 8, fcol + j * 8, p, sc, lane);
             } else {
-                for (uint e = lane; e < 64; e += 32) {
-                    const uint rr = r + e / 8;
-                    const uint cc = q + e % 8;
-                    sc[e] = (rr < p.m && cc < p.n) ? c[int(rr) * p.c_rs + int(cc)] : 0.0f;
-                }
-                simdgroup_barrier(mem_flags::mem_threadgroup);
-                simdgroup_load(acc[i][j], sc, 8);
-                simdgroup_barrier(mem_flags::mem_threadgroup);
+                acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
             }
         }
     }
@@ -164,11 +262,11 @@ static inline void mm_tiles(device float* c,
             }
             const uint gi = row0 + r;
             const uint gl = k0 + l;
-            float v = 0.0f;
+            TI v = TI(0.0f);
             if ((mm_align_m || gi < p.m) && (mm_align_k || gl < p.k)) {
                 v = a[int(gi) * p.a_rs + int(gl) * p.a_cs];
             }
-            as[r * MM_LDA + l] = v;
+            as[r * S::LDA + l] = v;
         }
         for (uint e = tid; e < MM_BK * MM_BN; e += MM_THREADS) {
             uint l, q;
@@ -181,25 +279,25 @@ static inline void mm_tiles(device float* c,
             }
             const uint gl = k0 + l;
             const uint gj = col0 + q;
-            float v = 0.0f;
+            TI v = TI(0.0f);
             if ((mm_align_k || gl < p.k) && (mm_align_n || gj < p.n)) {
                 v = b[int(gl) * p.b_rs + int(gj) * p.b_cs];
             }
-            bs[l * MM_LDB + q] = v;
+            bs[l * S::LDB + q] = v;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
 #pragma clang loop unroll(full)
         for (uint kk = 0; kk < MM_BK; kk += 8) {
-            simdgroup_float8x8 af[MM_FM];
-            simdgroup_float8x8 bf[MM_FN];
+            simdgroup_matrix<TI, 8, 8> af[MM_FM];
+            simdgroup_matrix<TI, 8, 8> bf[MM_FN];
 #pragma clang loop unroll(full)
             for (uint i = 0; i < MM_FM; i++) {
-                simdgroup_load(af[i], as + (sm * (MM_FM * 8) + i * 8) * MM_LDA + kk, MM_LDA);
+                simdgroup_load(af[i], as + (sm * (MM_FM * 8) + i * 8) * S::LDA + kk, S::LDA);
             }
 #pragma clang loop unroll(full)
             for (uint j = 0; j < MM_FN; j++) {
-                simdgroup_load(bf[j], bs + kk * MM_LDB + sn * (MM_FN * 8) + j * 8, MM_LDB);
+                simdgroup_load(bf[j], bs + kk * S::LDB + sn * (MM_FN * 8) + j * 8, S::LDB);
             }
 #pragma clang loop unroll(full)
             for (uint i = 0; i < MM_FM; i++) {
@@ -216,69 +314,58 @@ static inline void mm_tiles(device float* c,
     for (uint i = 0; i < MM_FM; i++) {
 #pragma clang loop unroll(full)
         for (uint j = 0; j < MM_FN; j++) {
-            const uint r = frow + i * 8;
-            const uint q = fcol + j * 8;
-            if (mm_align_m && mm_align_n) {
-                simdgroup_store(acc[i][j], c + int(r) * p.c_rs + int(q), ulong(p.c_rs));
-            } else {
-                simdgroup_store(acc[i][j], sc, 8);
-                simdgroup_barrier(mem_flags::mem_threadgroup);
-                for (uint e = lane; e < 64; e += 32) {
-                    const uint rr = r + e / 8;
-                    const uint cc = q + e % 8;
-                    if (rr < p.m && cc < p.n) {
-                        c[int(rr) * p.c_rs + int(cc)] = sc[e];
-                    }
-                }
-                simdgroup_barrier(mem_flags::mem_threadgroup);
-            }
+            mm_frag_store(acc[i][j], c, frow + i * 8, fcol + j * 8, p, sc, lane);
         }
     }
 }
 
-kernel void matmul_f32(device float* c [[buffer(0)]],
-                       const device float* a [[buffer(1)]],
-                       const device float* b [[buffer(2)]],
-                       constant MatMulParams& p [[buffer(3)]],
-                       uint3 tg [[threadgroup_position_in_grid]],
-                       uint tid [[thread_index_in_threadgroup]],
-                       uint lane [[thread_index_in_simdgroup]],
-                       uint sg [[simdgroup_index_in_threadgroup]]) {
-    threadgroup float as[MM_BM * MM_LDA];
-    threadgroup float bs[MM_BK * MM_LDB];
+template <typename TI, typename TO>
+kernel void matmul_t(device TO* c [[buffer(0)]],
+                     const device TI* a [[buffer(1)]],
+                     const device TI* b [[buffer(2)]],
+                     constant MatMulParams& p [[buffer(3)]],
+                     uint3 tg [[threadgroup_position_in_grid]],
+                     uint tid [[thread_index_in_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]],
+                     uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup TI as[MM_BM * MMStage<TI>::LDA];
+    threadgroup TI bs[MM_BK * MMStage<TI>::LDB];
     threadgroup float scratch[MM_SG * 64];
     int ao, bo, co;
     mm_batch_offsets(p, tg.z, ao, bo, co);
-    mm_tiles(c + co, a + ao, b + bo, p, 0, p.k, tg.xy, tid, lane, sg, as, bs, scratch);
+    mm_tiles<TI, TO>(c + co, a + ao, b + bo, p, 0, p.k, tg.xy, tid, lane, sg, as, bs, scratch);
 }
 
-// matmul_splitk_f32 is matmul_f32 for one matrix (no batch dims) with grid
-// z the split index: threadgroup (x, y, z) writes the product over K range
+// matmul_splitk_T is matmul_T for one matrix (no batch dims) with grid z
+// the split index: threadgroup (x, y, z) writes the product over K range
 // [z·k_chunk, min((z+1)·k_chunk, K)) into partial z, c + z·M·N (the host
-// passes c_rs = N). Chunks start at multiples of MM_BK and only the last
-// ends off one, at K, so the loads keep their bound p.k. Specialised with
-// constants 0–4 of matmul_f32 and mm_accumulate false.
-kernel void matmul_splitk_f32(device float* part [[buffer(0)]],
-                              const device float* a [[buffer(1)]],
-                              const device float* b [[buffer(2)]],
-                              constant MatMulParams& p [[buffer(3)]],
-                              uint3 tg [[threadgroup_position_in_grid]],
-                              uint tid [[thread_index_in_threadgroup]],
-                              uint lane [[thread_index_in_simdgroup]],
-                              uint sg [[simdgroup_index_in_threadgroup]]) {
-    threadgroup float as[MM_BM * MM_LDA];
-    threadgroup float bs[MM_BK * MM_LDB];
+// passes c_rs = N), float32 whatever the operands. Chunks start at
+// multiples of MM_BK and only the last ends off one, at K, so the loads
+// keep their bound p.k. Specialised with constants 0–4 of matmul_T and
+// mm_accumulate false.
+template <typename TI>
+kernel void matmul_splitk_t(device float* part [[buffer(0)]],
+                            const device TI* a [[buffer(1)]],
+                            const device TI* b [[buffer(2)]],
+                            constant MatMulParams& p [[buffer(3)]],
+                            uint3 tg [[threadgroup_position_in_grid]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup TI as[MM_BM * MMStage<TI>::LDA];
+    threadgroup TI bs[MM_BK * MMStage<TI>::LDB];
     threadgroup float scratch[MM_SG * 64];
     const uint kbeg = tg.z * p.k_chunk;
     const uint kend = min(p.k, kbeg + p.k_chunk);
-    mm_tiles(part + tg.z * p.m * p.n, a, b, p, kbeg, kend, tg.xy, tid, lane, sg, as, bs, scratch);
+    mm_tiles<TI, float>(part + tg.z * p.m * p.n, a, b, p, kbeg, kend, tg.xy, tid, lane, sg, as, bs, scratch);
 }
 
-kernel void matmul_naive_f32(device float* c [[buffer(0)]],
-                             const device float* a [[buffer(1)]],
-                             const device float* b [[buffer(2)]],
-                             constant MatMulParams& p [[buffer(3)]],
-                             uint3 pos [[thread_position_in_grid]]) {
+template <typename TI, typename TO>
+kernel void matmul_naive_t(device TO* c [[buffer(0)]],
+                           const device TI* a [[buffer(1)]],
+                           const device TI* b [[buffer(2)]],
+                           constant MatMulParams& p [[buffer(3)]],
+                           uint3 pos [[thread_position_in_grid]]) {
     const uint j = pos.x;
     const uint i = pos.y;
     if (i >= p.m || j >= p.n) {
@@ -286,37 +373,61 @@ kernel void matmul_naive_f32(device float* c [[buffer(0)]],
     }
     int ao, bo, co;
     mm_batch_offsets(p, pos.z, ao, bo, co);
-    const device float* ar = a + ao + int(i) * p.a_rs;
-    const device float* bc = b + bo + int(j) * p.b_cs;
+    const device TI* ar = a + ao + int(i) * p.a_rs;
+    const device TI* bc = b + bo + int(j) * p.b_cs;
     float s = 0.0f;
     for (uint l = 0; l < p.k; l++) {
-        s = fma(ar[int(l) * p.a_cs], bc[int(l) * p.b_rs], s);
+        s = fma(mm_widen(ar[int(l) * p.a_cs]), mm_widen(bc[int(l) * p.b_rs]), s);
     }
-    device float* out = c + co + int(i) * p.c_rs + int(j);
+    device TO* out = c + co + int(i) * p.c_rs + int(j);
     if (mm_accumulate) {
-        s += *out;
+        s += mm_widen(*out);
     }
-    *out = s;
+    *out = mm_narrow<TO>(s);
 }
 
-// matmul_reduce_f32 adds the p.splits partial products of a split-K matmul
-// (partial s at part + s·M·N, rows of N) in order s = 0, 1, … into dst
-// (dst += the sum when accumulating), one thread per element.
-kernel void matmul_reduce_f32(device float* c [[buffer(0)]],
-                              const device float* part [[buffer(1)]],
-                              constant MatMulParams& p [[buffer(2)]],
-                              uint gid [[thread_position_in_grid]],
-                              uint gsize [[threads_per_grid]]) {
+// matmul_reduce_T adds the p.splits partial products of a split-K matmul
+// (partial s at part + s·M·N, rows of N, float32) in order s = 0, 1, …
+// into dst (dst += the sum when accumulating), one thread per element,
+// rounding once to dst's type.
+template <typename TO>
+kernel void matmul_reduce_t(device TO* c [[buffer(0)]],
+                            const device float* part [[buffer(1)]],
+                            constant MatMulParams& p [[buffer(2)]],
+                            uint gid [[thread_position_in_grid]],
+                            uint gsize [[threads_per_grid]]) {
     const uint mn = p.m * p.n;
     for (uint e = gid; e < mn; e += gsize) {
         float s = part[e];
         for (uint z = 1; z < p.splits; z++) {
             s += part[z * mn + e];
         }
-        device float* out = c + int(e / p.n) * p.c_rs + int(e % p.n);
+        device TO* out = c + int(e / p.n) * p.c_rs + int(e % p.n);
         if (mm_accumulate) {
-            s = *out + s;
+            s = mm_widen(*out) + s;
         }
-        *out = s;
+        *out = mm_narrow<TO>(s);
     }
 }
+
+// Instantiations: matmul_<operands>[_<dst>], the dst's dtype named only
+// where it differs from the operands'.
+template [[host_name("matmul_f32")]] [[kernel]] void matmul_t<float, float>(device float*, const device float*, const device float*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16_f32")]] [[kernel]] void matmul_t<half, float>(device float*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16")]] [[kernel]] void matmul_t<half, half>(device half*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16_f32")]] [[kernel]] void matmul_t<bfloat, float>(device float*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16")]] [[kernel]] void matmul_t<bfloat, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+
+template [[host_name("matmul_splitk_f32")]] [[kernel]] void matmul_splitk_t<float>(device float*, const device float*, const device float*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_splitk_f16")]] [[kernel]] void matmul_splitk_t<half>(device float*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_splitk_bf16")]] [[kernel]] void matmul_splitk_t<bfloat>(device float*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+
+template [[host_name("matmul_naive_f32")]] [[kernel]] void matmul_naive_t<float, float>(device float*, const device float*, const device float*, constant MatMulParams&, uint3);
+template [[host_name("matmul_naive_f16_f32")]] [[kernel]] void matmul_naive_t<half, float>(device float*, const device half*, const device half*, constant MatMulParams&, uint3);
+template [[host_name("matmul_naive_f16")]] [[kernel]] void matmul_naive_t<half, half>(device half*, const device half*, const device half*, constant MatMulParams&, uint3);
+template [[host_name("matmul_naive_bf16_f32")]] [[kernel]] void matmul_naive_t<bfloat, float>(device float*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3);
+template [[host_name("matmul_naive_bf16")]] [[kernel]] void matmul_naive_t<bfloat, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3);
+
+template [[host_name("matmul_reduce_f32")]] [[kernel]] void matmul_reduce_t<float>(device float*, const device float*, constant MatMulParams&, uint, uint);
+template [[host_name("matmul_reduce_f16")]] [[kernel]] void matmul_reduce_t<half>(device half*, const device float*, constant MatMulParams&, uint, uint);
+template [[host_name("matmul_reduce_bf16")]] [[kernel]] void matmul_reduce_t<bfloat>(device bfloat*, const device float*, constant MatMulParams&, uint, uint);

@@ -1,5 +1,7 @@
 // unary.metal — Backend.Unary (dst = op(src), src broadcast to dst's shape)
-// and Backend.UnaryGrad (dx = g·op'(x), with y = op(x)), float32.
+// and Backend.UnaryGrad (dx = g·op'(x), with y = op(x)), on float32,
+// float16 or bfloat16 views (one dtype per call: unary_f32, unary_f16,
+// unary_bf16, unary_grad_*), computed in float32 and rounded once on store.
 //
 // Every backend.UnaryOp is its own pipeline: the op is a function constant,
 // so the switch below folds to one case at pipeline creation.
@@ -8,10 +10,10 @@
 //   0 unary_op     (uint): the backend.UnaryOp value (Neg = 0 … Sign = 18).
 //   1 unary_flat   (bool): every view is one run (ndim == 1 after the Go side
 //                          coalesced the dims): element i is at i·stride.
-//   2 unary_have_y (bool): unary_grad_f32 only: y is bound; otherwise it is
+//   2 unary_have_y (bool): unary_grad_* only: y is bound; otherwise it is
 //                          recomputed from x where the rule needs it.
 //
-// Float32 throughout. The CPU backend computes transcendental ops in
+// Float32 arithmetic throughout. The CPU backend computes transcendental ops in
 // float64 and rounds once; these are within a few ulp of that.
 #include <metal_stdlib>
 using namespace metal;
@@ -180,28 +182,60 @@ static inline int unary_offset(constant UnaryParams& p, uint v, uint i) {
     return off;
 }
 
-kernel void unary_f32(device float* dst [[buffer(0)]],
-                      const device float* src [[buffer(1)]],
-                      constant UnaryParams& p [[buffer(2)]],
-                      uint gid [[thread_position_in_grid]],
-                      uint gsize [[threads_per_grid]]) {
+// Storage types: float32, float16 (half) and bfloat16 (bfloat). Loads widen
+// to float32 (exact), the op runs in float32 and the store rounds once to
+// the storage type: float → half is the hardware conversion (round to
+// nearest even); float → bfloat rounds to nearest even in integer
+// arithmetic (NaN stays NaN, quiet), as forge/half does.
+static inline float unary_load(float x) { return x; }
+static inline float unary_load(half x) { return float(x); }
+static inline float unary_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T unary_store(float x);
+template <> inline float unary_store<float>(float x) { return x; }
+template <> inline half unary_store<half>(float x) { return half(x); }
+template <> inline bfloat unary_store<bfloat>(float x) {
+    uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+// unary_T and unary_grad_T are instantiated for float (unary_f32,
+// unary_grad_f32), half (unary_f16, unary_grad_f16) and bfloat (unary_bf16,
+// unary_grad_bf16); every view of one call has the one dtype.
+template <typename T>
+kernel void unary_t(device T* dst [[buffer(0)]],
+                    const device T* src [[buffer(1)]],
+                    constant UnaryParams& p [[buffer(2)]],
+                    uint gid [[thread_position_in_grid]],
+                    uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float x = src[unary_offset(p, 1, i)];
-        dst[unary_offset(p, 0, i)] = unary_apply(x, p.a, p.b);
+        float x = unary_load(src[unary_offset(p, 1, i)]);
+        dst[unary_offset(p, 0, i)] = unary_store<T>(unary_apply(x, p.a, p.b));
     }
 }
 
-kernel void unary_grad_f32(device float* dx [[buffer(0)]],
-                           const device float* x [[buffer(1)]],
-                           const device float* y [[buffer(2)]],
-                           const device float* g [[buffer(3)]],
-                           constant UnaryParams& p [[buffer(4)]],
-                           uint gid [[thread_position_in_grid]],
-                           uint gsize [[threads_per_grid]]) {
+template <typename T>
+kernel void unary_grad_t(device T* dx [[buffer(0)]],
+                         const device T* x [[buffer(1)]],
+                         const device T* y [[buffer(2)]],
+                         const device T* g [[buffer(3)]],
+                         constant UnaryParams& p [[buffer(4)]],
+                         uint gid [[thread_position_in_grid]],
+                         uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float xv = x[unary_offset(p, 1, i)];
-        float yv = unary_have_y ? y[unary_offset(p, 2, i)] : unary_apply(xv, p.a, p.b);
-        float gv = g[unary_offset(p, 3, i)];
-        dx[unary_offset(p, 0, i)] = unary_grad_apply(xv, yv, gv, p.a, p.b);
+        float xv = unary_load(x[unary_offset(p, 1, i)]);
+        float yv = unary_have_y ? unary_load(y[unary_offset(p, 2, i)]) : unary_apply(xv, p.a, p.b);
+        float gv = unary_load(g[unary_offset(p, 3, i)]);
+        dx[unary_offset(p, 0, i)] = unary_store<T>(unary_grad_apply(xv, yv, gv, p.a, p.b));
     }
 }
+
+template [[host_name("unary_f32")]] [[kernel]] void unary_t<float>(device float*, const device float*, constant UnaryParams&, uint, uint);
+template [[host_name("unary_f16")]] [[kernel]] void unary_t<half>(device half*, const device half*, constant UnaryParams&, uint, uint);
+template [[host_name("unary_bf16")]] [[kernel]] void unary_t<bfloat>(device bfloat*, const device bfloat*, constant UnaryParams&, uint, uint);
+template [[host_name("unary_grad_f32")]] [[kernel]] void unary_grad_t<float>(device float*, const device float*, const device float*, const device float*, constant UnaryParams&, uint, uint);
+template [[host_name("unary_grad_f16")]] [[kernel]] void unary_grad_t<half>(device half*, const device half*, const device half*, const device half*, constant UnaryParams&, uint, uint);
+template [[host_name("unary_grad_bf16")]] [[kernel]] void unary_grad_t<bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, constant UnaryParams&, uint, uint);

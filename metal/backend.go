@@ -135,7 +135,7 @@ func errFloat64(op string) string {
 // checkDType panics unless dt is one the backend stores.
 func checkDType(op string, dt backend.DType) {
 	switch dt {
-	case backend.Float32, backend.Int32:
+	case backend.Float32, backend.Int32, backend.Float16, backend.BFloat16:
 		return
 	case backend.Float64:
 		panic(errFloat64(op))
@@ -230,13 +230,19 @@ func hostBytes(op string, dt backend.DType, host any) ([]byte, int) {
 			panic(fmt.Sprintf("metal: %s: host []int32 for a %v buffer", op, dt))
 		}
 		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), 4*len(h)), len(h)
+	case []uint16:
+		if dt != backend.Float16 && dt != backend.BFloat16 {
+			panic(fmt.Sprintf("metal: %s: host []uint16 for a %v buffer", op, dt))
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), 2*len(h)), len(h)
 	case []float64:
 		panic(errFloat64(op))
 	}
 	panic(fmt.Sprintf("metal: %s: unsupported host type %T", op, host))
 }
 
-// Write copies host data ([]float32 or []int32 matching the dtype,
+// Write copies host data ([]float32 or []int32 matching the dtype; the
+// []uint16 bit patterns of a float16 or bfloat16 buffer, stored as given;
 // len ≤ Len) into dst from element 0. If a queued kernel uses dst, the
 // queue is synchronised first (see the package documentation).
 func (b *Backend) Write(dst backend.Buffer, src any) {
@@ -257,8 +263,9 @@ func (b *Backend) Write(dst backend.Buffer, src any) {
 }
 
 // Read copies src's first len(dst) elements into dst ([]float32 or
-// []int32 matching the dtype), waiting first for every queued kernel if
-// one of them uses src.
+// []int32 matching the dtype; []uint16 bit patterns for float16 and
+// bfloat16), waiting first for every queued kernel if one of them uses
+// src.
 func (b *Backend) Read(src backend.Buffer, dst any) {
 	x := asBuffer("read", src)
 	h, n := hostBytes("read", x.dt, dst)

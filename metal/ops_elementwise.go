@@ -5,12 +5,19 @@ package metal
 // (ops_layout.go), passes shape and strides in a constant block, and picks
 // the flat specialisation (one run: element i at i·stride) when one
 // dimension is left.
+//
+// float16 and bfloat16 (mixed-precision storage): Fill and Copy store and
+// convert them bit for bit as package forge/half and the CPU backend do;
+// Unary, UnaryGrad and Binary load them widened, compute in float32 and
+// round once on store (kernels unary_f16, binary_bf16, …, by dtype); Where
+// moves their bits.
 
 import (
 	"fmt"
 	"math"
 
 	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/forge/half"
 )
 
 // fillParams mirrors FillParams in kernels/fill.metal.
@@ -22,26 +29,34 @@ type fillParams struct {
 	Strides [maxDims]int32
 }
 
-// Fill sets every element of dst (float32 or int32, possibly strided) to v.
+// Fill sets every element of dst (float32, int32, float16 or bfloat16,
+// possibly strided) to v. A 16-bit dst gets v rounded once, from float64,
+// to nearest even (package forge/half, as the CPU backend does).
 func (b *Backend) Fill(dst backend.View, v float64) {
-	checkKernelDType(kFill, f32OrI32, dst)
+	checkKernelDType(kFill, storeTypes, dst)
 	n := dst.Numel()
 	if n == 0 {
 		return
 	}
 	checkCount(kFill, n)
 	var bits uint32
-	if dst.DType() == backend.Int32 {
+	kernel := kFill
+	switch dst.DType() {
+	case backend.Int32:
 		bits = uint32(int32(v))
-	} else {
+	case backend.Float16:
+		bits, kernel = uint32(half.Float16BitsFrom64(v)), kFill16
+	case backend.BFloat16:
+		bits, kernel = uint32(half.BFloat16BitsFrom64(v)), kFill16
+	default:
 		bits = math.Float32bits(float32(v))
 	}
 	coalesce(dst).split(maxDims, func(l layout) {
 		p := fillParams{Value: bits, N: uint32(l.numel()), NDim: uint32(len(l.shape))}
-		l.dimsArgs(kFill, &p.Shape, &p.Strides)
-		key := pkey(kFill, cBool(0, len(l.shape) == 1))
+		l.dimsArgs(kernel, &p.Shape, &p.Strides)
+		key := pkey(kernel, cBool(0, len(l.shape) == 1))
 		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kFill, key, groups, threads, b.arg(l.view(dst.Buf, 0)), bytesArg(p))
+		b.run(kernel, key, groups, threads, b.arg(l.view(dst.Buf, 0)), bytesArg(p))
 	})
 }
 
@@ -54,22 +69,47 @@ type copyParams struct {
 	SrcStrides [maxDims]int32
 }
 
+// copyType is a dtype's code in copy_cvt (COPY_F32 … COPY_BF16 in
+// kernels/copy.metal).
+func copyType(dt backend.DType) uint32 {
+	switch dt {
+	case backend.Int32:
+		return 1
+	case backend.Float16:
+		return 2
+	case backend.BFloat16:
+		return 3
+	}
+	return 0
+}
+
 // Copy copies src into dst elementwise (src may be strided or broadcast,
-// dst strided), converting between float32 and int32.
+// dst strided), converting between any two of float32, int32, float16 and
+// bfloat16 as the CPU backend does: widening is exact, narrowing rounds
+// the exact value once to nearest even (int32 → 16-bit too), float → int32
+// truncates toward zero.
 func (b *Backend) Copy(dst, src backend.View) {
-	checkKernelDType(kCopy, f32OrI32, dst, src)
+	checkKernelDType(kCopy, storeTypes, dst, src)
 	n := dst.Numel()
 	if n == 0 {
 		return
 	}
 	checkCount(kCopy, n)
-	srcInt, dstInt := src.DType() == backend.Int32, dst.DType() == backend.Int32
+	sdt, ddt := src.DType(), dst.DType()
+	srcInt, dstInt := sdt == backend.Int32, ddt == backend.Int32
+	kernel := kCopy
+	if sdt.IsHalf() || ddt.IsHalf() {
+		kernel = kCopyCvt
+	}
 	coalesce(dst, src).split(maxDims, func(l layout) {
 		p := copyParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
-		l.dimsArgs(kCopy, &p.Shape, &p.DstStrides, &p.SrcStrides)
+		l.dimsArgs(kernel, &p.Shape, &p.DstStrides, &p.SrcStrides)
 		key := pkey(kCopy, cBool(0, len(l.shape) == 1), cBool(1, srcInt), cBool(2, dstInt))
+		if kernel == kCopyCvt {
+			key = pkey(kCopyCvt, cBool(0, len(l.shape) == 1), cUint(3, copyType(sdt)), cUint(4, copyType(ddt)))
+		}
 		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kCopy, key, groups, threads, b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
+		b.run(kernel, key, groups, threads, b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
 	})
 }
 
@@ -89,10 +129,13 @@ func checkUnaryOp(kernel string, op backend.UnaryOp) {
 }
 
 // Unary computes dst = op(src) in float32; src is broadcast to dst's shape
-// and may be dst itself.
+// and may be dst itself. float16 and bfloat16 views (both of one dtype)
+// are widened on load and rounded once on store.
 func (b *Backend) Unary(op backend.UnaryOp, s backend.Scalars, dst, src backend.View) {
 	checkUnaryOp(kUnary, op)
-	checkKernelDType(kUnary, onlyF32, dst, src)
+	checkKernelDType(kUnary, floatTypes, dst, src)
+	sameDType(kUnary, dst, src)
+	kernel := kUnaryBy[dst.DType()]
 	n := dst.Numel()
 	if n == 0 {
 		return
@@ -100,19 +143,22 @@ func (b *Backend) Unary(op backend.UnaryOp, s backend.Scalars, dst, src backend.
 	checkCount(kUnary, n)
 	coalesce(dst, src).split(maxDims, func(l layout) {
 		p := unaryParams{A: float32(s.A), B: float32(s.B), N: uint32(l.numel()), NDim: uint32(len(l.shape))}
-		l.dimsArgs(kUnary, &p.Shape, &p.Strides[0], &p.Strides[1])
-		key := pkey(kUnary, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
+		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1])
+		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
 		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kUnary+"."+op.String(), key, groups, threads,
+		b.run(kernel+"."+op.String(), key, groups, threads,
 			b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
 	})
 }
 
 // UnaryGrad computes dx = g·op'(x) in float32; y = op(x) is read where
-// given (a y with a nil Buf is recomputed from x).
+// given (a y with a nil Buf is recomputed from x). float16 and bfloat16
+// views (all of one dtype) are widened on load, dx rounded once on store.
 func (b *Backend) UnaryGrad(op backend.UnaryOp, s backend.Scalars, dx, x, y, g backend.View) {
 	checkUnaryOp(kUnaryGrad, op)
-	checkKernelDType(kUnaryGrad, onlyF32, dx, x, y, g)
+	checkKernelDType(kUnaryGrad, floatTypes, dx, x, y, g)
+	sameDType(kUnaryGrad, dx, x, y, g)
+	kernel := kUnaryGradBy[dx.DType()]
 	n := dx.Numel()
 	if n == 0 {
 		return
@@ -124,10 +170,10 @@ func (b *Backend) UnaryGrad(op backend.UnaryOp, s backend.Scalars, dx, x, y, g b
 	}
 	coalesce(dx, x, y, g).split(maxDims, func(l layout) {
 		p := unaryParams{A: float32(s.A), B: float32(s.B), N: uint32(l.numel()), NDim: uint32(len(l.shape))}
-		l.dimsArgs(kUnaryGrad, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2], &p.Strides[3])
-		key := pkey(kUnaryGrad, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(2, haveY))
+		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2], &p.Strides[3])
+		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(2, haveY))
 		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kUnaryGrad+"."+op.String(), key, groups, threads,
+		b.run(kernel+"."+op.String(), key, groups, threads,
 			b.arg(l.view(dx.Buf, 0)), b.arg(l.view(x.Buf, 1)), b.arg(l.view(y.Buf, 2)), b.arg(l.view(g.Buf, 3)),
 			bytesArg(p))
 	})
@@ -142,12 +188,15 @@ type binaryParams struct {
 }
 
 // Binary computes dst = a op b in float32; a and b carry broadcast strides.
-// Comparisons write 1 or 0.
+// Comparisons write 1 or 0. float16 and bfloat16 views (all three of one
+// dtype) are widened on load and rounded once on store.
 func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
 	if op > backend.Ge {
 		panic(fmt.Sprintf("metal: %s: unknown op %v", kBinary, op))
 	}
-	checkKernelDType(kBinary, onlyF32, dst, a, bv)
+	checkKernelDType(kBinary, floatTypes, dst, a, bv)
+	sameDType(kBinary, dst, a, bv)
+	kernel := kBinaryBy[dst.DType()]
 	n := dst.Numel()
 	if n == 0 {
 		return
@@ -155,18 +204,19 @@ func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
 	checkCount(kBinary, n)
 	coalesce(dst, a, bv).split(maxDims, func(l layout) {
 		p := binaryParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
-		l.dimsArgs(kBinary, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2])
-		key := pkey(kBinary, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
+		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2])
+		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
 		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kBinary+"."+op.String(), key, groups, threads,
+		b.run(kernel+"."+op.String(), key, groups, threads,
 			b.arg(l.view(dst.Buf, 0)), b.arg(l.view(a.Buf, 1)), b.arg(l.view(bv.Buf, 2)), bytesArg(p))
 	})
 }
 
 // Where computes dst = cond ≠ 0 ? a : b with broadcast views: dst, a and b
-// float32 or int32 (one dtype), cond float32 or int32.
+// of one dtype, cond of any (float32, int32, float16 or bfloat16; ±0 is
+// zero, NaN is not). The data moves unconverted.
 func (b *Backend) Where(dst, cond, a, bv backend.View) {
-	checkKernelDType(kWhere, f32OrI32, dst, cond, a, bv)
+	checkKernelDType(kWhere, storeTypes, dst, cond, a, bv)
 	if dt := dst.DType(); a.DType() != dt || bv.DType() != dt {
 		panic(fmt.Sprintf("metal: %s: mixed dtypes %v, %v and %v", kWhere, dt, a.DType(), bv.DType()))
 	}
@@ -176,13 +226,26 @@ func (b *Backend) Where(dst, cond, a, bv backend.View) {
 	}
 	checkCount(kWhere, n)
 	condInt := cond.DType() == backend.Int32
+	// where_x32, where_x16, where_x32_c16 or where_x16_c16: the data's and
+	// the condition's word sizes.
+	var kernel string
+	switch d16, c16 := dst.DType().IsHalf(), cond.DType().IsHalf(); {
+	case d16 && c16:
+		kernel = kWhere16C16
+	case d16:
+		kernel = kWhere16
+	case c16:
+		kernel = kWhereC16
+	default:
+		kernel = kWhere
+	}
 	coalesce(dst, cond, a, bv).split(maxDims, func(l layout) {
 		p := binaryParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
-		l.dimsArgs(kWhere, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2], &p.Strides[3])
+		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2], &p.Strides[3])
 		// Where's function constants are 1 (flat) and 2 (cond int).
-		key := pkey(kWhere, cBool(1, len(l.shape) == 1), cBool(2, condInt))
+		key := pkey(kernel, cBool(1, len(l.shape) == 1), cBool(2, condInt))
 		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kWhere, key, groups, threads, b.arg(l.view(dst.Buf, 0)), b.arg(l.view(cond.Buf, 1)),
+		b.run(kernel, key, groups, threads, b.arg(l.view(dst.Buf, 0)), b.arg(l.view(cond.Buf, 1)),
 			b.arg(l.view(a.Buf, 2)), b.arg(l.view(bv.Buf, 3)), bytesArg(p))
 	})
 }

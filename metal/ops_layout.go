@@ -54,7 +54,49 @@ func checkKernelDType(kernel string, allowed []backend.DType, views ...backend.V
 var (
 	onlyF32  = []backend.DType{backend.Float32}
 	f32OrI32 = []backend.DType{backend.Float32, backend.Int32}
+	// floatTypes are the float dtypes the elementwise kernels compute on
+	// (in float32, rounding once on store to a 16-bit dtype).
+	floatTypes = []backend.DType{backend.Float32, backend.Float16, backend.BFloat16}
+	// storeTypes are every dtype the backend stores.
+	storeTypes = []backend.DType{backend.Float32, backend.Int32, backend.Float16, backend.BFloat16}
 )
+
+// dtypeTag is a dtype's part of kernel names: f32, i32, f16 or bf16.
+func dtypeTag(dt backend.DType) string {
+	switch dt {
+	case backend.Float32:
+		return "f32"
+	case backend.Int32:
+		return "i32"
+	case backend.Float16:
+		return "f16"
+	case backend.BFloat16:
+		return "bf16"
+	}
+	panic(fmt.Sprintf("metal: no kernels for dtype %v", dt))
+}
+
+// byDType is a kernel name per float dtype, indexed by the dtype.
+type byDType [backend.BFloat16 + 1]string
+
+// namesByDType returns the names parts…_<tag> of the kernels for every
+// float dtype (built once: the ops look them up per call).
+func namesByDType(parts ...string) (n byDType) {
+	for _, dt := range floatTypes {
+		n[dt] = kernels.Name(append(append([]string(nil), parts...), dtypeTag(dt))...)
+	}
+	return n
+}
+
+// sameDType panics unless every view (with a Buf) has views[0]'s dtype.
+func sameDType(kernel string, views ...backend.View) {
+	dt := views[0].DType()
+	for _, v := range views[1:] {
+		if v.Buf != nil && v.DType() != dt {
+			panic(fmt.Sprintf("metal: %s: mixed dtypes %v and %v (the views of one call share a dtype)", kernel, dt, v.DType()))
+		}
+	}
+}
 
 // pkey is the pipeline key of a kernel with function constants (given in
 // ascending index order).
@@ -167,11 +209,19 @@ func checkCount(kernel string, n int) {
 
 var (
 	kFill        = kernels.Name("fill", "x32")
+	kFill16      = kernels.Name("fill", "x16")
 	kCopy        = kernels.Name("copy", "x32")
+	kCopyCvt     = kernels.Name("copy", "cvt")
+	kUnaryBy     = namesByDType("unary")
+	kUnaryGradBy = namesByDType("unary", "grad")
+	kBinaryBy    = namesByDType("binary")
 	kUnary       = kernels.Name("unary", "f32")
 	kUnaryGrad   = kernels.Name("unary", "grad", "f32")
 	kBinary      = kernels.Name("binary", "f32")
 	kWhere       = kernels.Name("where", "x32")
+	kWhere16     = kernels.Name("where", "x16")
+	kWhereC16    = kernels.Name("where", "x32", "c16")
+	kWhere16C16  = kernels.Name("where", "x16", "c16")
 	kReduce      = kernels.Name("reduce", "f32")
 	kSoftmax     = kernels.Name("softmax", "f32")
 	kSoftmaxBack = kernels.Name("softmax", "backward", "f32")

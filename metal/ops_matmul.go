@@ -2,7 +2,9 @@ package metal
 
 // MatMul (kernels/matmul.metal): the simdgroup_matrix tiled kernel, its
 // split-K form for products with few output tiles and a long K, or the
-// naive one-thread-per-output reference.
+// naive one-thread-per-output reference — for float32 operands, or
+// float16 / bfloat16 ones accumulated in float32 (mixed precision: see
+// MatMul).
 //
 // # Split-K
 //
@@ -84,11 +86,6 @@ func init() {
 	}
 }
 
-var (
-	kMatMulSplitK = kernels.Name("matmul", "splitk", "f32")
-	kMatMulReduce = kernels.Name("matmul", "reduce", "f32")
-)
-
 // gpuCores is implemented by drivers that know the GPU's core count.
 type gpuCores interface{ GPUCores() int }
 
@@ -141,13 +138,62 @@ type matmulParams struct {
 	Splits   uint32 // split-K: partial products
 }
 
-// MatMul computes dst[b] = a[b] @ bm[b] (dst += … if accumulate) in
-// float32 for every batch index. The last two dims of a and bm may have
-// any strides (row-major and column-major operands are read in place);
-// dst's rows are contiguous. Batch dims of a and bm broadcast to dst's
-// (stride 0, or missing leading dims).
+// matmulNames are the kernels of one operand/dst dtype pair.
+type matmulNames struct {
+	tiled, naive, splitK, reduce string
+}
+
+// matmulByDType holds matmulKernels(in, out) for every pair MatMul takes
+// (built once), indexed [in][out == in].
+var matmulByDType = func() (t [backend.BFloat16 + 1][2]matmulNames) {
+	for _, in := range floatTypes {
+		t[in][0] = matmulKernels(in, backend.Float32)
+		t[in][1] = matmulKernels(in, in)
+	}
+	return t
+}()
+
+// matmulKernels returns the kernels for operands of dtype in and a dst of
+// dtype out (kernels/matmul.metal: matmul_<in>[_<out>], the dst's dtype
+// named where it differs; the split-K partials are float32 whatever the
+// operands, and the reduction rounds to dst's dtype).
+func matmulKernels(in, out backend.DType) matmulNames {
+	parts := []string{dtypeTag(in)}
+	if out != in {
+		parts = append(parts, dtypeTag(out))
+	}
+	return matmulNames{
+		tiled:  kernels.Name(append([]string{"matmul"}, parts...)...),
+		naive:  kernels.Name(append([]string{"matmul", "naive"}, parts...)...),
+		splitK: kernels.Name("matmul", "splitk", dtypeTag(in)),
+		reduce: kernels.Name("matmul", "reduce", dtypeTag(out)),
+	}
+}
+
+// MatMul computes dst[b] = a[b] @ bm[b] (dst += … if accumulate) for every
+// batch index, accumulating in float32. The last two dims of a and bm may
+// have any strides (row-major and column-major operands are read in
+// place); dst's rows are contiguous. Batch dims of a and bm broadcast to
+// dst's (stride 0, or missing leading dims).
+//
+// Mixed precision: a and bm both float16 (or both bfloat16) multiply as
+// simdgroup_half8x8 (simdgroup_bfloat8x8) fragments into float32
+// accumulators — each product of two 16-bit values is exact in float32 —
+// and dst is float32 or the operands' dtype, rounded once at the end (to
+// nearest even; when accumulating, dst's old value is widened and added
+// before that one rounding).
 func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
-	checkKernelDType(kMatMul, onlyF32, dst, a, bm)
+	checkKernelDType(kMatMul, floatTypes, dst, a, bm)
+	in, out := a.DType(), dst.DType()
+	if bm.DType() != in || (out != in && out != backend.Float32) {
+		panic(fmt.Sprintf("metal: %s: dtypes dst %v, a %v, b %v: the operands share a dtype and dst is float32 or theirs",
+			kMatMul, out, in, bm.DType()))
+	}
+	same := 0
+	if out == in {
+		same = 1
+	}
+	kn := matmulByDType[in][same]
 	r := len(dst.Shape)
 	if r < 2 || len(a.Shape) < 2 || len(bm.Shape) < 2 {
 		panic(fmt.Sprintf("metal: %s: operands need two dims: dst %v, a %v, b %v", kMatMul, dst.Shape, a.Shape, bm.Shape))
@@ -231,27 +277,28 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 		}
 		if !naive && len(sub.shape) == 0 {
 			if s, chunk := b.splitKPlan(m, n, k); s > 1 {
-				b.matmulSplitK(sub.view(bufs[0], 0), sub.view(bufs[1], 1), sub.view(bufs[2], 2), q, s, chunk, aTrans, bTrans, accumulate)
+				b.matmulSplitK(kn, sub.view(bufs[0], 0), sub.view(bufs[1], 1), sub.view(bufs[2], 2), q, s, chunk, aTrans, bTrans, accumulate)
 				return
 			}
 		}
 		c, av, bv := b.arg(sub.view(bufs[0], 0)), b.arg(sub.view(bufs[1], 1)), b.arg(sub.view(bufs[2], 2))
 		if naive {
-			key := pkey(kMatMulNaive, cBool(5, accumulate))
+			key := pkey(kn.naive, cBool(5, accumulate))
 			groups := [3]int{(n + mmNaiveTile - 1) / mmNaiveTile, (m + mmNaiveTile - 1) / mmNaiveTile, nz}
-			b.run(kMatMulNaive, key, groups, [3]int{mmNaiveTile, mmNaiveTile, 1}, c, av, bv, bytesArg(q))
+			b.run(kn.naive, key, groups, [3]int{mmNaiveTile, mmNaiveTile, 1}, c, av, bv, bytesArg(q))
 			return
 		}
-		key := pkey(kMatMul, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
+		key := pkey(kn.tiled, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
 			cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, accumulate))
 		groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, nz}
-		b.run(kMatMul+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1}, c, av, bv, bytesArg(q))
+		b.run(kn.tiled+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1}, c, av, bv, bytesArg(q))
 	})
 }
 
 // matmulSplitK runs one M × N × K product as s partial products over K
-// chunks of chunk into a scratch buffer, then their ordered sum into dst.
-func (b *Backend) matmulSplitK(dst, a, bm backend.View, q matmulParams, s, chunk int, aTrans, bTrans, accumulate bool) {
+// chunks of chunk into a float32 scratch buffer, then their ordered sum
+// into dst (rounded once to dst's dtype).
+func (b *Backend) matmulSplitK(kn matmulNames, dst, a, bm backend.View, q matmulParams, s, chunk int, aTrans, bTrans, accumulate bool) {
 	m, n, k := int(q.M), int(q.N), int(q.K)
 	part := b.Alloc(backend.Float32, s*m*n)
 	defer b.Free(part) // recycled once the command buffer completes
@@ -259,14 +306,14 @@ func (b *Backend) matmulSplitK(dst, a, bm backend.View, q matmulParams, s, chunk
 	q.KChunk, q.Splits = uint32(chunk), uint32(s)
 	pq := q
 	pq.CRs = int32(n) // the partials are rows of N
-	key := pkey(kMatMulSplitK, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
+	key := pkey(kn.splitK, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
 		cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, false))
 	groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, s}
-	b.run(kMatMulSplitK+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1},
+	b.run(kn.splitK+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1},
 		b.arg(pv), b.arg(a), b.arg(bm), bytesArg(pq))
-	rkey := pkey(kMatMulReduce, cBool(5, accumulate))
+	rkey := pkey(kn.reduce, cBool(5, accumulate))
 	rg, rt := b.ewGrid(rkey, m*n)
-	b.run(kMatMulReduce, rkey, rg, rt, b.arg(dst), b.arg(pv), bytesArg(q))
+	b.run(kn.reduce, rkey, rg, rt, b.arg(dst), b.arg(pv), bytesArg(q))
 }
 
 // layoutTag names the operand layouts: "nn", "nt", "tn" or "tt".
