@@ -254,14 +254,15 @@ type mathMode struct {
 // sources sources (file name → MSL).
 //
 // FORGE_METAL_MATH selects the math mode the kernels compile with (macOS
-// 15 and later; before, fast math is switched off unless "fast"):
-// "relaxed" (the default, Apple silicon's own: reassociation and
-// contraction allowed, infinities and NaNs honoured — the softmax,
-// reduction and comparison kernels depend on them), "safe" (no unsafe
-// transformations: the closest to the CPU backend and the emulator) or
-// "fast" (assumes no infinities or NaNs: breaks those kernels; for
-// experiments only). Library functions (exp, log, …) are the precise ones
-// except in fast mode.
+// 15 and later; before, fast math is switched off unless "fast"): "safe"
+// (the default: no reassociation, so the compensated sums of the norm,
+// reduction, attention and optimizer kernels keep their error terms and
+// results stay those the emulator checks), "relaxed" (Apple silicon's
+// usual mode: reassociation and contraction allowed, infinities and NaNs
+// honoured — compensated sums may fall back to plain float32 accuracy) or
+// "fast" (assumes no infinities or NaNs: breaks the softmax, reduction and
+// comparison kernels; for experiments only). Library functions (exp, log,
+// …) are the precise ones except in fast mode.
 func openMetal(sources map[string]string) (driver.Driver, error) {
 	if runtime.GOARCH != "arm64" {
 		return nil, errors.New("metal: the Metal backend needs Apple silicon (darwin/arm64); FORGE_BACKEND=metal-emu runs the same kernels on the CPU")
@@ -269,11 +270,11 @@ func openMetal(sources map[string]string) (driver.Driver, error) {
 	if err := loadRuntime(); err != nil {
 		return nil, fmt.Errorf("metal: %w", err)
 	}
-	mm := mathMode{"relaxed", 1, 1}
+	mm := mathMode{"safe", 0, 1}
 	switch v := os.Getenv("FORGE_METAL_MATH"); v {
-	case "", "relaxed":
-	case "safe":
-		mm = mathMode{"safe", 0, 1}
+	case "", "safe":
+	case "relaxed":
+		mm = mathMode{"relaxed", 1, 1}
 	case "fast":
 		mm = mathMode{"fast", 2, 0}
 	default:
@@ -414,7 +415,7 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 			fast := uintptr(0)
 			if d.math.mode == 2 {
 				fast = 1
-			} else {
+			} else if d.math.mode == 1 {
 				d.math.name = "safe (no relaxed mode before macOS 15)"
 			}
 			msg(opts, sel.setFastMath, fast)
