@@ -4,6 +4,7 @@ import (
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
 	"github.com/forgeml/forge/metal/emu"
+	"os"
 )
 
 // "metal-emu" runs the embedded kernels on the CPU through the emulation
@@ -11,7 +12,7 @@ import (
 // metal/emu for its settings: FORGE_EMU_THREADS, FORGE_EMU_SCHEDULE).
 func init() {
 	backend.Register("metal-emu", func() (backend.Backend, error) {
-		drv, err := emu.Open(kernels.Sources(), emu.Options{})
+		drv, err := emu.Open(kernels.Sources(), emu.Options{Log: os.Stderr})
 		if err != nil {
 			return nil, err
 		}

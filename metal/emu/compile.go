@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -130,7 +131,7 @@ type compileResult struct {
 
 // compileProgram builds the shared library of p (or finds it in the
 // cache) and returns its path.
-func compileProgram(p *program, sources map[string]string, cacheDir string) (compileResult, error) {
+func compileProgram(p *program, sources map[string]string, cacheDir string, log io.Writer) (compileResult, error) {
 	start := time.Now()
 	clang, version, err := findClang()
 	if err != nil {
@@ -187,6 +188,12 @@ func compileProgram(p *program, sources map[string]string, cacheDir string) (com
 		return compileResult{path: out, cached: true, duration: time.Since(start)}, nil
 	}
 
+	if log != nil {
+		fmt.Fprintf(log, "metal-emu: compiling %d kernel files with %s (first use of these sources; cached in %s)…\n", len(sources), filepath.Base(clang), cacheDir)
+		defer func() {
+			fmt.Fprintf(log, "metal-emu: compiled in %.1fs\n", time.Since(start).Seconds())
+		}()
+	}
 	tmp, err := os.MkdirTemp(cacheDir, "build-")
 	if err != nil {
 		return compileResult{}, fmt.Errorf("metal-emu: %w", err)

@@ -108,6 +108,7 @@ package emu
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -187,6 +188,10 @@ type Options struct {
 	// Timeout fails a dispatch that runs longer (a watchdog, as on a GPU;
 	// default $FORGE_EMU_TIMEOUT, e.g. "60s", else none).
 	Timeout time.Duration
+	// Log, if not nil, is told when the sources are compiled (the first
+	// use of a set of sources takes seconds; later opens load the cached
+	// library).
+	Log io.Writer
 }
 
 // MaxThreads is the largest threadgroup; SIMDWidth the simdgroup width.
@@ -267,7 +272,7 @@ func Open(sources map[string]string, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	d.version = clangVersionNumber(version)
-	res, err := compileProgram(prog, sources, opts.CacheDir)
+	res, err := compileProgram(prog, sources, opts.CacheDir, opts.Log)
 	if err != nil {
 		return nil, err
 	}
