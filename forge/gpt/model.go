@@ -33,6 +33,7 @@ type Model struct {
 
 	gen      *forge.Generator // dropout masks
 	training bool
+	compute  forge.DType // dtype of the matmuls (SetCompute): Float32 (the zero value) or 16-bit
 }
 
 // New builds a model with weights drawn from seed.
@@ -155,7 +156,72 @@ func (m *Model) Forward(ids *forge.Tensor, cache *Cache) *forge.Tensor {
 	if m.Head != nil {
 		return m.Head.Forward(x)
 	}
+	if dt := m.compute; dt.IsHalf() {
+		// The tied head in the compute dtype, the logits back in float32.
+		return x.Cast(dt).MatMul(m.Wte.Weight.Cast(dt).T()).Cast(x.DType())
+	}
 	return x.MatMul(m.Wte.Weight.T()) // (B, T, Vp)
+}
+
+// SetCompute turns mixed precision on or off, in the style of PyTorch's
+// autocast: with dt Float16 or BFloat16 every matmul of the forward (the
+// linear layers and the head) casts its operands to dt and runs there,
+// accumulating in float32, while the parameters stay float32 (the
+// optimizer's master weights) and the embeddings, norms, RoPE, attention,
+// SwiGLU/GELU and the loss run in float32 on values cast back at the
+// matmuls' outputs. Gradients flow back through the casts into float32
+// parameter gradients. dt Float32 is the plain float32 model.
+//
+// It returns an error, and changes nothing, when dt is not one of these
+// or when the model's device cannot compute in dt (the CPU stores 16-bit
+// floats but computes only in float32 and float64).
+func (m *Model) SetCompute(dt forge.DType) error {
+	switch dt {
+	case forge.Float32:
+	case forge.Float16, forge.BFloat16:
+		if err := checkCompute(m.Wte.Weight.Device(), dt); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("gpt: compute dtype %v: want float32, bfloat16 or float16", dt)
+	}
+	m.compute = dt
+	var ls []*nn.Linear
+	for _, b := range m.Blocks {
+		ls = append(ls, b.Attn.WQKV, b.Attn.WO, b.MLP.Up, b.MLP.Down)
+		if b.MLP.Gate != nil {
+			ls = append(ls, b.MLP.Gate)
+		}
+	}
+	if m.Head != nil {
+		ls = append(ls, m.Head)
+	}
+	for _, l := range ls {
+		l.Compute = dt
+	}
+	return nil
+}
+
+// Compute returns the dtype of the model's matmuls set by SetCompute
+// (Float32 unless mixed precision is on).
+func (m *Model) Compute() forge.DType { return m.compute }
+
+// checkCompute runs a 1×1 product in dt on dev (and waits for it), so that
+// a device without 16-bit compute is reported here rather than by a
+// kernel deep inside the first step.
+func checkCompute(dev *forge.Device, dt forge.DType) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The kernel's own message, without Try's stack: the point is
+			// to say what to change.
+			err = fmt.Errorf("gpt: the %s device cannot compute in %v (%v); train in float32 there, or use a device with 16-bit compute (Metal)", dev.Name(), dt, r)
+		}
+	}()
+	forge.NoGrad(func() {
+		a := forge.ZerosOf(forge.Float32, 1, 1).To(dev).Cast(dt)
+		a.MatMul(a).Cast(forge.Float32).Item()
+	})
+	return nil
 }
 
 // Loss returns the mean cross-entropy of predicting targets (B, T) from

@@ -31,9 +31,18 @@ func (in Init) dtype() forge.DType {
 }
 
 // Linear is y = x·Wᵀ + b over the last axis.
+//
+// With Compute set to a 16-bit dtype (mixed precision, see
+// gpt.Model.SetCompute), the product runs in it: x and the weight (the
+// float32 master copy) are cast to Compute, multiplied (accumulated in
+// float32 by the backend), and the result is cast back to x's dtype before
+// the bias is added. The casts carry the gradients back, so the weight's
+// gradient stays in its own dtype. Any other Compute (the zero value is
+// Float32) is the plain product in the weight's dtype.
 type Linear struct {
-	Weight *forge.Tensor // (out, in)
-	Bias   *forge.Tensor // (out), or nil
+	Weight  *forge.Tensor // (out, in)
+	Bias    *forge.Tensor // (out), or nil
+	Compute forge.DType   // Float16 or BFloat16: the product's dtype; else the weight's
 }
 
 // NewLinear returns a Linear with N(0, std²) weights and zero bias.
@@ -48,12 +57,20 @@ func NewLinear(in Init, nIn, nOut int, bias bool, std float64) *Linear {
 // Forward maps x (…, in) to (…, out).
 func (l *Linear) Forward(x *forge.Tensor) *forge.Tensor {
 	l.check(x)
-	y := x.MatMul(l.Weight.T())
+	var y *forge.Tensor
+	if l.mixed() {
+		y = x.Cast(l.Compute).MatMul(l.Weight.Cast(l.Compute).T()).Cast(x.DType())
+	} else {
+		y = x.MatMul(l.Weight.T())
+	}
 	if l.Bias != nil {
 		y = y.Add(l.Bias)
 	}
 	return y
 }
+
+// mixed reports whether the product runs in another dtype than the weight's.
+func (l *Linear) mixed() bool { return l.Compute.IsHalf() && l.Compute != l.Weight.DType() }
 
 // check panics unless x ends in the layer's input features.
 func (l *Linear) check(x *forge.Tensor) {
@@ -266,7 +283,19 @@ func (m *MLP) Forward(x *forge.Tensor) *forge.Tensor {
 		// The gate and up projections are independent: one launch runs
 		// them side by side.
 		m.Gate.check(x)
-		g, u := forge.MatMulPair(x, m.Gate.Weight.T(), x, m.Up.Weight.T())
+		var g, u *forge.Tensor
+		switch dt := m.Gate.Compute; {
+		case !m.Gate.mixed() && !m.Up.mixed():
+			g, u = forge.MatMulPair(x, m.Gate.Weight.T(), x, m.Up.Weight.T())
+		case m.Up.Compute == dt:
+			// Mixed precision: both products in dt, cast back to x's
+			// dtype for SwiGLU (a float32 kernel).
+			xc := x.Cast(dt)
+			g, u = forge.MatMulPair(xc, m.Gate.Weight.Cast(dt).T(), xc, m.Up.Weight.Cast(dt).T())
+			g, u = g.Cast(x.DType()), u.Cast(x.DType())
+		default:
+			return m.Down.Forward(forge.SwiGLU(m.Gate.Forward(x), m.Up.Forward(x)))
+		}
 		if m.Gate.Bias != nil {
 			g, u = g.Add(m.Gate.Bias), u.Add(m.Up.Bias)
 		}

@@ -37,6 +37,11 @@ type State struct {
 	Dropout    [4]uint64         `json:"dropout_rng"`
 	LROverride *float64          `json:"lr_override,omitempty"`
 	Files      map[string]string `json:"files"` // sha256 of each tensor file
+
+	// float16's dynamic loss scale and its good steps in a row (absent
+	// for other precisions; a float16 run without them starts afresh).
+	LossScale     float64 `json:"loss_scale,omitempty"`
+	LossScaleGood int     `json:"loss_scale_good,omitempty"`
 }
 
 // SaveWeights writes the model's parameters to a safetensors file (names

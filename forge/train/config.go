@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
 	"github.com/forgeml/forge/configs"
+	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/optim"
 )
@@ -38,6 +40,50 @@ type Config struct {
 	SaveEvery   int     `json:"save_every"`   // 500 steps between checkpoints of a run directory (0 = only at the end)
 	Tokenizer   string  `json:"tokenizer"`    // "bpe" | "char"
 	ValFraction float64 `json:"val_fraction"` // 0.1 of the tokens held out
+
+	// Mixed precision (see gpt.Model.SetCompute): "float32" (the default;
+	// "" means it too), "bfloat16" or "float16" for the matmuls, with
+	// float32 master weights. float16 scales the loss dynamically.
+	Precision string `json:"precision,omitempty"`
+	// LossScale is float16's initial loss scale, a power of two (0 =
+	// 65536); LossScaleWindow the good steps after which it doubles (0 =
+	// 2000). A step with a non-finite gradient is skipped and halves it.
+	LossScale       float64 `json:"loss_scale,omitempty"`
+	LossScaleWindow int     `json:"loss_scale_window,omitempty"`
+}
+
+// Defaults of float16's dynamic loss scaling.
+const (
+	DefaultLossScale       = 65536
+	DefaultLossScaleWindow = 2000
+)
+
+// ComputeDType is the dtype of the model's matmuls: forge.Float32 (the
+// plain model), forge.BFloat16 or forge.Float16. Validate first.
+func (c Config) ComputeDType() forge.DType {
+	switch c.Precision {
+	case "bfloat16":
+		return forge.BFloat16
+	case "float16":
+		return forge.Float16
+	}
+	return forge.Float32
+}
+
+// lossScaling reports whether c scales the loss (float16) and with what
+// initial scale and window.
+func (c Config) lossScaling() (on bool, scale float64, window int) {
+	if c.Precision != "float16" {
+		return false, 1, 0
+	}
+	scale, window = c.LossScale, c.LossScaleWindow
+	if scale == 0 {
+		scale = DefaultLossScale
+	}
+	if window == 0 {
+		window = DefaultLossScaleWindow
+	}
+	return true, scale, window
 }
 
 // DefaultConfig is the `small` run.
@@ -118,8 +164,20 @@ func (c Config) Validate() error {
 		return bad("a byte-level BPE needs vocab >= 256, got %d", c.Model.Vocab)
 	case !(c.ValFraction > 0) || c.ValFraction >= 1:
 		return bad("val_fraction %g: want 0 < f < 1", c.ValFraction)
+	case c.Precision != "" && c.Precision != "float32" && c.Precision != "bfloat16" && c.Precision != "float16":
+		return bad("precision %q: want \"float32\", \"bfloat16\" or \"float16\"", c.Precision)
+	case c.LossScale != 0 && !isPow2(c.LossScale):
+		return bad("loss_scale %g: want a power of two such as 65536 (0 = 65536), so that unscaling is exact", c.LossScale)
+	case c.LossScaleWindow < 0:
+		return bad("loss_scale_window %d: want > 0 (0 = 2000)", c.LossScaleWindow)
 	}
 	return nil
+}
+
+// isPow2 reports whether x is a finite power of two, 2⁻¹⁰⁰⁰ to 2¹⁰⁰⁰.
+func isPow2(x float64) bool {
+	frac, exp := math.Frexp(x)
+	return frac == 0.5 && exp > -1000 && exp < 1000
 }
 
 // LRSchedule returns the learning-rate schedule c describes.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"github.com/forgeml/forge/internal/atomicfile"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -246,6 +247,9 @@ func (s *Session) Save() error {
 		Loader: s.TrainData.State(), Dropout: s.Model.DropoutGenerator().State(),
 		LROverride: s.Trainer.lrSet, Files: map[string]string{},
 	}
+	if sc := s.Trainer.scaler; sc != nil {
+		st.LossScale, st.LossScaleGood = sc.scale, sc.good
+	}
 	if err := saveCheckpoint(tmp, s.Model, s.Trainer.Opt, &st); err != nil {
 		return err
 	}
@@ -349,6 +353,9 @@ func (s *Session) loadCheckpoint(dir string) error {
 	s.Model.DropoutGenerator().SetState(st.Dropout)
 	s.Trainer.tokens = st.Tokens
 	s.Trainer.lrSet = st.LROverride
+	if sc := s.Trainer.scaler; sc != nil && st.LossScale > 0 {
+		sc.scale, sc.good = st.LossScale, st.LossScaleGood
+	}
 	hist, err := readMetrics(filepath.Join(s.Dir, MetricsFile), st.History)
 	if err != nil {
 		return err
@@ -691,6 +698,8 @@ func ParseState(b []byte) (State, error) {
 		return State{}, fmt.Errorf("not a forge run state (format %q version %d; want %q version %d)", st.Format, st.Version, stateFormat, stateVersion)
 	case st.Step < 0 || st.History < 0 || st.Tokens < 0:
 		return State{}, fmt.Errorf("negative step %d, history %d or tokens %d", st.Step, st.History, st.Tokens)
+	case st.LossScale < 0 || math.IsInf(st.LossScale, 0) || st.LossScaleGood < 0:
+		return State{}, fmt.Errorf("loss scale %g with %d good steps: want a positive scale", st.LossScale, st.LossScaleGood)
 	case st.Files[modelFile] == "" || st.Files[optimFile] == "":
 		return State{}, fmt.Errorf("no checksums for %s and %s", modelFile, optimFile)
 	}

@@ -2,8 +2,11 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/forgeml/forge/forge"
@@ -33,6 +36,71 @@ type Metrics struct {
 	Tokens       int64    `json:"tokens"`             // training tokens seen so far
 	Skipped      bool     `json:"skipped,omitempty"`  // non-finite gradient: no update made
 	Time         string   `json:"time,omitempty"`     // RFC 3339, when the step ended
+
+	LossScale float64 `json:"loss_scale,omitempty"` // float16: the loss scale this step's backward used
+}
+
+// MarshalJSON writes a record as JSON. A non-finite loss or gradient norm
+// (a skipped step, routine with float16's loss scaling) is written as the
+// string "NaN", "+Inf" or "-Inf", which a JSON number cannot hold; other
+// records are the plain encoding of the struct.
+func (m Metrics) MarshalJSON() ([]byte, error) {
+	type plain Metrics
+	if finite(m.Loss) && finite(m.GradNorm) {
+		return json.Marshal(plain(m))
+	}
+	return json.Marshal(struct {
+		plain
+		Loss     jsonFloat `json:"loss"`
+		GradNorm jsonFloat `json:"grad_norm"`
+	}{plain(m), jsonFloat(m.Loss), jsonFloat(m.GradNorm)})
+}
+
+// UnmarshalJSON reads a record written by MarshalJSON.
+func (m *Metrics) UnmarshalJSON(b []byte) error {
+	type plain Metrics
+	var aux struct {
+		plain
+		Loss     jsonFloat `json:"loss"`
+		GradNorm jsonFloat `json:"grad_norm"`
+	}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	*m = Metrics(aux.plain)
+	m.Loss, m.GradNorm = float64(aux.Loss), float64(aux.GradNorm)
+	return nil
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// jsonFloat is a float64 in JSON: a number, or for NaN and ±Inf a string.
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	if x := float64(f); !finite(x) {
+		return json.Marshal(strconv.FormatFloat(x, 'g', -1, 64))
+	}
+	return json.Marshal(float64(f))
+}
+
+func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+	var x float64
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("train: metric %q: not a number", s)
+		}
+		x = v
+	} else if err := json.Unmarshal(b, &x); err != nil {
+		return err
+	}
+	*f = jsonFloat(x)
+	return nil
 }
 
 // History is the list of step records, oldest first.
@@ -91,13 +159,42 @@ type Trainer struct {
 	sched  optim.Schedule
 	params []*forge.Tensor
 	tokens int64
-	lrSet  *float64 // an lr the user fixed (SetLR), overriding the schedule
+	lrSet  *float64    // an lr the user fixed (SetLR), overriding the schedule
+	scaler *lossScaler // float16's dynamic loss scale, or nil
 }
 
-// NewTrainer returns a trainer at step 0 with a fresh optimizer.
+// lossScaler is float16's dynamic loss scaling, as torch.amp.GradScaler:
+// the backward starts from the loss times scale, the gradients are
+// divided by it before the clip and AdamW, a step with a non-finite
+// gradient is skipped and halves it, and window good steps in a row
+// double it. The scale is a power of two, so scaling and unscaling are
+// exact (barring float32 underflow).
+type lossScaler struct {
+	scale  float64
+	good   int // finite steps since the scale last changed
+	window int
+}
+
+// update moves the scale after a step.
+func (s *lossScaler) update(skipped bool) {
+	if skipped {
+		s.scale, s.good = s.scale/2, 0
+		return
+	}
+	if s.good++; s.good >= s.window {
+		s.scale, s.good = s.scale*2, 0
+	}
+}
+
+// NewTrainer returns a trainer at step 0 with a fresh optimizer. It sets
+// the model's compute dtype from cfg.Precision (gpt.Model.SetCompute),
+// which fails on a device without 16-bit compute (the CPU).
 func NewTrainer(cfg Config, model *gpt.Model, train Batches, val EvalBatches) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if err := model.SetCompute(cfg.ComputeDType()); err != nil {
+		return nil, fmt.Errorf("train: precision %q: %w", cfg.Precision, err)
 	}
 	params := nn.Tensors(model)
 	t := &Trainer{
@@ -106,7 +203,19 @@ func NewTrainer(cfg Config, model *gpt.Model, train Batches, val EvalBatches) (*
 		sched:  cfg.LRSchedule(),
 		params: params,
 	}
+	if on, scale, window := cfg.lossScaling(); on {
+		t.scaler = &lossScaler{scale: scale, window: window}
+	}
 	return t, nil
+}
+
+// LossScale returns the loss scale the next step will use: float16's
+// dynamic scale, 1 for other precisions.
+func (t *Trainer) LossScale() float64 {
+	if t.scaler == nil {
+		return 1
+	}
+	return t.scaler.scale
 }
 
 // StepCount is the number of updates made.
@@ -137,6 +246,9 @@ func (t *Trainer) SetLR(lr float64) {
 // unscaled, and nothing is read back until the end: on Metal a step is
 // one command buffer (one per micro-batch) and one wait.
 func (t *Trainer) Step() Metrics {
+	// With precision float16 the backward starts from the loss times the
+	// loss scale, and the gradients are divided by it (in place, on the
+	// device) before the clip (see lossScaler).
 	start := time.Now()
 	cfg := t.Config
 	lr := t.LR()
@@ -144,6 +256,7 @@ func (t *Trainer) Step() Metrics {
 	t.Opt.ZeroGrad()
 	t.Model.SetTraining(true)
 	B, T := cfg.Batch, cfg.Model.Context
+	scale := t.LossScale()
 	losses := make([]*forge.Tensor, 0, cfg.GradAccum)
 	for i := range cfg.GradAccum {
 		x, y := t.Train.Next()
@@ -151,8 +264,13 @@ func (t *Trainer) Step() Metrics {
 		// The upstream gradient 1/GradAccum is uploaded, not filled by a
 		// kernel: the cross-entropy backward reads it on the host, and an
 		// uploaded value is readable without waiting for the queue. It is
-		// the value the backward of l.MulScalar(1/GradAccum) would pass.
-		l.Backward(upstream(l, 1/float64(cfg.GradAccum)))
+		// the value the backward of l.MulScalar(1/GradAccum) would pass
+		// (times the loss scale with float16).
+		if t.scaler != nil {
+			l.Backward(upstream(l, scale/float64(cfg.GradAccum)))
+		} else {
+			l.Backward(upstream(l, 1/float64(cfg.GradAccum)))
+		}
 		forge.NoGrad(func() {
 			if cfg.GradAccum > 1 {
 				l = l.MulScalar(1 / float64(cfg.GradAccum))
@@ -162,6 +280,9 @@ func (t *Trainer) Step() Metrics {
 		if i < cfg.GradAccum-1 {
 			l.Device().Flush() // start the device on this micro-batch
 		}
+	}
+	if t.scaler != nil {
+		t.unscale(1 / scale)
 	}
 	clip := optim.ClipGradNormDeferred(t.params, cfg.GradClip)
 	t.Opt.StepClipped(clip)
@@ -179,8 +300,31 @@ func (t *Trainer) Step() Metrics {
 		TokensPerSec: float64(n) / el.Seconds(), StepMS: float64(el.Microseconds()) / 1e3,
 		Tokens: t.tokens, Skipped: skipped, Time: time.Now().UTC().Format(time.RFC3339),
 	}
+	if t.scaler != nil {
+		m.LossScale = scale
+		t.scaler.update(skipped)
+	}
 	t.History.Steps = append(t.History.Steps, m)
 	return m
+}
+
+// unscale multiplies every gradient by inv (1/scale, a power of two) in
+// place, on the device: the clip and AdamW then see the true gradients,
+// and a gradient that overflowed stays non-finite, so the clip's skip
+// flag skips the step. (The device-side clip could fold inv into its
+// coefficient, but only by changing the GradClipper kernels: the norm is
+// taken before the coefficient, and an unclipped step uses the gradients
+// as they are.)
+func (t *Trainer) unscale(inv float64) {
+	forge.WithPhase(forge.PhaseOptimizer, func() {
+		forge.NoGrad(func() {
+			for _, p := range t.params {
+				if g := p.Grad(); g != nil {
+					g.MulScalarInPlace(inv)
+				}
+			}
+		})
+	})
 }
 
 // upstream returns the scalar v as a tensor of l's shape, dtype and device,
