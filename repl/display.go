@@ -115,7 +115,7 @@ func histogram(v []float64, bins, width int) string {
 
 // Plots.
 
-var metricNames = []string{"loss", "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms"}
+var metricNames = []string{"loss", "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms", "loss_scale"}
 
 func cmdPlot(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {

@@ -91,3 +91,17 @@ func TestMetricsJSONNonFinite(t *testing.T) {
 		}
 	}
 }
+
+func TestSeriesLossScale(t *testing.T) {
+	h := History{Steps: []Metrics{{Step: 1, Loss: 3}, {Step: 2, Loss: 2, LossScale: 65536}, {Step: 3, Loss: 1, LossScale: 32768}}}
+	steps, vals, err := h.Series("loss_scale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 2 || steps[0] != 2 || vals[0] != 65536 || vals[1] != 32768 {
+		t.Fatalf("loss_scale series: steps %v values %v; want the two float16 steps", steps, vals)
+	}
+	if _, _, err := h.Series("nosuch"); err == nil || !strings.Contains(err.Error(), "loss_scale") {
+		t.Fatalf("unknown metric error %v does not list loss_scale", err)
+	}
+}

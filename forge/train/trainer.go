@@ -117,7 +117,8 @@ func (h *History) Last() Metrics {
 }
 
 // Series returns one metric over the steps that have it: "loss",
-// "val_loss", "lr", "grad_norm", "tokens_per_sec" or "step_ms".
+// "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms" or
+// "loss_scale" (float16 runs only).
 func (h *History) Series(name string) (steps []int, values []float64, err error) {
 	for _, m := range h.Steps {
 		var v float64
@@ -137,8 +138,13 @@ func (h *History) Series(name string) (steps []int, values []float64, err error)
 			v = m.TokensPerSec
 		case "step_ms":
 			v = m.StepMS
+		case "loss_scale":
+			if m.LossScale == 0 {
+				continue // not a float16 step
+			}
+			v = m.LossScale
 		default:
-			return nil, nil, fmt.Errorf("train: no metric %q; choose loss, val_loss, lr, grad_norm, tokens_per_sec or step_ms", name)
+			return nil, nil, fmt.Errorf("train: no metric %q; choose loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms or loss_scale", name)
 		}
 		steps = append(steps, m.Step)
 		values = append(values, v)
