@@ -285,31 +285,7 @@ func checkCase32(t testing.TB, dev, ref *forge.Device, c, rc gradCase) {
 		})
 		return f
 	}
-	const h = 1e-6
-	worst := 0.0
-	for i := range xs {
-		g := xs[i].Grad()
-		if g == nil {
-			t.Fatalf("input %d %v: no gradient", i, c.shapes[i])
-		}
-		ga32 := g.Float32s()
-		step := max(1, len(host[i])/24)
-		for j := 0; j < len(host[i]); j += step {
-			orig := host[i][j]
-			host[i][j] = orig + h
-			fp := eval(host)
-			host[i][j] = orig - h
-			fm := eval(host)
-			host[i][j] = orig
-			num := (fp - fm) / (2 * h)
-			ga := float64(ga32[j])
-			diff := math.Abs(num - ga)
-			worst = math.Max(worst, diff/math.Max(1, math.Abs(num)))
-			if diff > gradTol32*math.Max(1, math.Abs(num)) {
-				t.Errorf("input %d %v element %d: analytic (float32) %.8g, numeric (float64) %.10g (diff %.3g)", i, c.shapes[i], j, ga, num, diff)
-			}
-		}
-	}
+	worst := compareCentral(t, xs, c.shapes, host, eval, gradTol32, "analytic (float32)")
 	t.Logf("%s maxdiff %.2e (float32 analytic)", fmt.Sprint(c.shapes), worst)
 }
 
@@ -345,12 +321,22 @@ func checkCase(t *testing.T, dev *forge.Device, c gradCase) {
 		})
 		return f
 	}
+	worst := compareCentral(t, xs, c.shapes, host, eval, 1e-6, "analytic")
+	t.Logf("%s maxdiff %.2e", fmt.Sprint(c.shapes), worst)
+}
+
+// compareCentral compares each input's analytic gradient (xs[i].Grad(),
+// widened to float64) with central differences of eval around host, at
+// most 24 elements per input, each within tol·max(1, |numeric|), and
+// returns the worst relative difference.
+func compareCentral(t testing.TB, xs []*forge.Tensor, shapes [][]int, host [][]float64, eval func([][]float64) float64, tol float64, analytic string) float64 {
+	t.Helper()
 	const h = 1e-6
 	worst := 0.0
 	for i := range xs {
 		g := xs[i].Grad()
 		if g == nil {
-			t.Fatalf("input %d %v: no gradient", i, c.shapes[i])
+			t.Fatalf("input %d %v: no gradient", i, shapes[i])
 		}
 		ga := g.Float64s()
 		step := max(1, len(host[i])/24)
@@ -364,10 +350,10 @@ func checkCase(t *testing.T, dev *forge.Device, c gradCase) {
 			num := (fp - fm) / (2 * h)
 			diff := math.Abs(num - ga[j])
 			worst = math.Max(worst, diff/math.Max(1, math.Abs(num)))
-			if diff > 1e-6*math.Max(1, math.Abs(num)) {
-				t.Errorf("input %d %v element %d: analytic %.10g, numeric %.10g (diff %.3g)", i, c.shapes[i], j, ga[j], num, diff)
+			if diff > tol*math.Max(1, math.Abs(num)) {
+				t.Errorf("input %d %v element %d: %s %.10g, numeric %.10g (diff %.3g)", i, shapes[i], j, analytic, ga[j], num, diff)
 			}
 		}
 	}
-	t.Logf("%s maxdiff %.2e", fmt.Sprint(c.shapes), worst)
+	return worst
 }
