@@ -139,28 +139,6 @@ func ewWrite(b *Backend, buf backend.Buffer, host []float64) {
 	}
 }
 
-// ewRead returns the whole buffer as float64.
-func ewRead(b *Backend, buf backend.Buffer) []float64 {
-	out := make([]float64, buf.Len())
-	switch buf.DType() {
-	case backend.Float32:
-		s := make([]float32, buf.Len())
-		b.Read(buf, s)
-		for i, v := range s {
-			out[i] = float64(v)
-		}
-	case backend.Float64:
-		b.Read(buf, out)
-	case backend.Int32:
-		s := make([]int32, buf.Len())
-		b.Read(buf, s)
-		for i, v := range s {
-			out[i] = float64(v)
-		}
-	}
-	return out
-}
-
 // ewForIndex calls fn for every multi-index of shape in row-major order.
 func ewForIndex(shape []int, fn func(idx []int)) {
 	n := 1
@@ -196,7 +174,7 @@ func ewClose(got, want, rel, abs float64) bool {
 // and checks that elements of dst's buffer outside the view are untouched.
 func ewCheckDst(t *testing.T, b *Backend, name string, dst ewTensor, ref func(idx []int) float64, rel, abs float64) {
 	t.Helper()
-	got := ewRead(b, dst.v.Buf)
+	got := readAll(b, dst.v.Buf)
 	inView := make([]bool, len(got))
 	bad, worst := 0, 0.0
 	ewForIndex(dst.v.Shape, func(idx []int) {
@@ -439,7 +417,7 @@ func TestUnarySpecialValues(t *testing.T) {
 			ewWrite(b, src.v.Buf, c.in)
 			dst := backend.View{Buf: b.Alloc(dt, n), Shape: []int{n}, Strides: []int{1}}
 			b.Unary(c.op, c.s, dst, src.v)
-			got := ewRead(b, dst.Buf)
+			got := readAll(b, dst.Buf)
 			for i := range got {
 				want := ewRound(dt, c.want[i])
 				if dt == backend.Float32 && math.Abs(c.in[i]) > math.MaxFloat32 && !math.IsInf(c.in[i], 0) {
@@ -597,7 +575,7 @@ func TestUnaryGradFiniteDifference(t *testing.T) {
 		f := func(x []float64) []float64 {
 			out := vec(make([]float64, n))
 			b.Unary(c.op, c.s, out, vec(x))
-			return ewRead(b, out.Buf)
+			return readAll(b, out.Buf)
 		}
 		y := f(xs)
 		ones := make([]float64, n)
@@ -606,7 +584,7 @@ func TestUnaryGradFiniteDifference(t *testing.T) {
 		}
 		dxv := vec(make([]float64, n))
 		b.UnaryGrad(c.op, c.s, dxv, vec(xs), vec(y), vec(ones))
-		dx := ewRead(b, dxv.Buf)
+		dx := readAll(b, dxv.Buf)
 		hs := make([]float64, n)
 		xp, xm := make([]float64, n), make([]float64, n)
 		for i, v := range xs {
@@ -662,7 +640,7 @@ func TestUnaryGradSpecialValues(t *testing.T) {
 			b.Unary(c.op, c.s, y, x)
 			dx := mk(make([]float64, n))
 			b.UnaryGrad(c.op, c.s, dx, x, y, mk([]float64{1, 1, 1, 1, 1}))
-			got := ewRead(b, dx.Buf)
+			got := readAll(b, dx.Buf)
 			for i := range got {
 				if !ewClose(got[i], ewRound(dt, c.want[i]), 1e-6, 0) {
 					t.Errorf("%v %v%+v: grad at %v = %v, want %v", dt, c.op, c.s, xs[i], got[i], c.want[i])
@@ -795,7 +773,7 @@ func TestBinaryScalarOperands(t *testing.T) {
 					}
 					dst := mk(make([]float64, n), 1)
 					b.Binary(op, dst, va, vb)
-					got := ewRead(b, dst.Buf)
+					got := readAll(b, dst.Buf)
 					for i := range got {
 						x, y := vec[i], sc
 						if side == 1 {
@@ -874,7 +852,7 @@ func TestElementwiseWorkersAgree(t *testing.T) {
 		dst := ewMake(b, rand.New(rand.NewSource(8)), backend.Float32, shape, ewGapped, nil, func() float64 { return 0 })
 		b.Binary(backend.Mul, dst.v, a.v, c.v)
 		b.Unary(backend.GELUTanh, backend.Scalars{}, dst.v, dst.v)
-		return ewRead(b, dst.v.Buf)
+		return readAll(b, dst.v.Buf)
 	}
 	want := run(ref)
 	for _, w := range []int{2, 3, 5} {

@@ -23,7 +23,7 @@ func fusedVec(b *Backend, dt backend.DType, vals []float64, off int) backend.Vie
 
 // fusedRead returns the n elements of v as float64s.
 func fusedRead(b *Backend, v backend.View) []float64 {
-	return ewRead(b, v.Buf)[v.Offset : v.Offset+v.Numel()]
+	return readAll(b, v.Buf)[v.Offset : v.Offset+v.Numel()]
 }
 
 func fusedRandom(rng *rand.Rand, n int, scale float64) []float64 {

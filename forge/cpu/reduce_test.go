@@ -155,7 +155,7 @@ func rdCheck(t *testing.T, b *Backend, name string, op backend.ReduceOp, src ewT
 	kept := append([]int(nil), src.v.Shape[:k]...)
 	dst := backend.View{Buf: dbuf, Offset: off, Shape: kept, Strides: backend.ContiguousStrides(kept)}
 	b.Reduce(op, dst, src.v, nred)
-	got := ewRead(b, dbuf)
+	got := readAll(b, dbuf)
 	if got[0] != -9 || got[1] != -9 || got[len(got)-1] != -9 {
 		t.Errorf("%s: wrote outside dst: %v … %v", name, got[:off], got[len(got)-1])
 	}
@@ -279,7 +279,7 @@ func TestReduceSumAccuracy(t *testing.T) {
 			k := len(c.shape) - c.nred
 			dst := backend.View{Buf: b.Alloc(backend.Float32, len(want)), Shape: c.shape[:k], Strides: backend.ContiguousStrides(c.shape[:k])}
 			b.Reduce(backend.ReduceSum, dst, src.v, c.nred)
-			got := ewRead(b, dst.Buf)
+			got := readAll(b, dst.Buf)
 			for i := range want {
 				if rel := math.Abs(got[i]-want[i]) / want[i]; rel > 1e-6 {
 					t.Errorf("w%d/%v: sum %d = %v, want %v (rel %.2g)", workers, c, i, got[i], want[i], rel)
@@ -341,7 +341,7 @@ func TestReduceEmpty(t *testing.T) {
 	dst := backend.View{Buf: b.Alloc(backend.Float32, 3), Shape: []int{3}, Strides: []int{1}}
 	b.Write(dst.Buf, []float32{5, 5, 5})
 	b.Reduce(backend.ReduceSum, dst, src, 1)
-	got := ewRead(b, dst.Buf)
+	got := readAll(b, dst.Buf)
 	if got[0] != 0 || got[1] != 0 || got[2] != 0 {
 		t.Errorf("sum over an empty extent = %v, want zeros", got)
 	}
