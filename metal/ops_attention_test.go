@@ -31,10 +31,14 @@ var (
 	attnDevErr  error
 )
 
-// attnDevice is an emulated device running kernels/attention.metal alone
-// (so these tests neither wait for nor depend on the other kernel files).
+// attnDevice is the GPU under FORGE_BACKEND=metal (testDevice), else an
+// emulated device running kernels/attention.metal alone (so these tests
+// neither wait for nor depend on the other kernel files).
 func attnDevice(t *testing.T) *Backend {
 	t.Helper()
+	if testDevice() == "metal" {
+		return opsDevice(t)
+	}
 	attnDevOnce.Do(func() {
 		src := kernels.Sources()
 		drv, err := emu.Open(map[string]string{"attention.metal": src["attention.metal"]}, emu.Options{})
@@ -569,49 +573,6 @@ func TestAttentionErrors(t *testing.T) {
 	for _, k := range names {
 		if idx[k] != "attention.metal" {
 			t.Errorf("kernel %s is not defined in kernels/attention.metal (index: %q)", k, idx[k])
-		}
-	}
-}
-
-// TestAttentionTimes logs emulator times of a few training- and
-// decode-shaped launches (they measure the emulation, not a GPU).
-func TestAttentionTimes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
-	e := newAttnEnv(t)
-	defer naiveAttention.Store(false)
-	for _, c := range []attnCase{
-		{B: 1, H: 4, Hkv: 4, Tq: 128, Tk: 128, D: 64, causal: true},
-		{B: 1, H: 4, Hkv: 4, Tq: 128, Tk: 128, D: 64},
-		{B: 1, H: 2, Hkv: 2, Tq: 64, Tk: 64, D: 128, causal: true},
-		{B: 1, H: 8, Hkv: 2, Tq: 1, Tk: 256, D: 64, causal: true},
-	} {
-		a := e.attnData(c, 1)
-		p := c.params()
-		for _, naive := range []bool{false, true} {
-			naiveAttention.Store(naive)
-			best := [2]time.Duration{}
-			for rep := range 2 {
-				t0 := time.Now()
-				e.dev.Attention(a.out.dev, a.lse.dev, a.q.dev, a.k.dev, a.v.dev, p)
-				e.dev.Sync()
-				t1 := time.Now()
-				e.dev.AttentionBackward(a.dq.dev, a.dk.dev, a.dv.dev, a.q.dev, a.k.dev, a.v.dev, a.out.dev, a.lse.dev, a.dout.dev, p)
-				e.dev.Sync()
-				t2 := time.Now()
-				if rep == 0 || t1.Sub(t0) < best[0] {
-					best[0] = t1.Sub(t0)
-				}
-				if rep == 0 || t2.Sub(t1) < best[1] {
-					best[1] = t2.Sub(t1)
-				}
-			}
-			path := "fast"
-			if naive {
-				path = "reference"
-			}
-			t.Logf("%-40s %-9s fwd %8v bwd %8v", c, path, best[0].Round(time.Microsecond), best[1].Round(time.Microsecond))
 		}
 	}
 }

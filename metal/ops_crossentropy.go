@@ -36,7 +36,7 @@ const (
 
 // ceSetup checks the views of a cross-entropy kernel and returns the rows,
 // the vocabulary and the parameter block (with the targets' binding).
-func ceSetup(kernel string, logits, targets backend.View, ignore int, views ...backend.View) (n, v int, prm crossEntropyParams, tv backend.View) {
+func ceSetup(kernel string, logits, targets backend.View, ignore int, views ...backend.View) (n, v int, prm crossEntropyParams) {
 	checkKernelDType(kernel, onlyF32, append(views, logits)...)
 	if targets.DType() != backend.Int32 {
 		panic(fmt.Sprintf("metal: %s: targets must be int32, got %v", kernel, targets.DType()))
@@ -60,7 +60,7 @@ func ceSetup(kernel string, logits, targets backend.View, ignore int, views ...b
 		prm.Ignore = int32(ignore)
 		prm.Flags |= ceHasIgnore
 	}
-	return n, v, prm, targets
+	return n, v, prm
 }
 
 // ceThreads is the threadgroup size of a cross-entropy row kernel: up to
@@ -79,7 +79,7 @@ func (b *Backend) ceThreads(kernel string, n, v int) int {
 // target == ignore, and lse (N), the row log-sum-exp; either may have a nil
 // Buf (not written).
 func (b *Backend) CrossEntropy(loss, lse, logits, targets backend.View, ignore int) {
-	n, v, prm, tv := ceSetup(kCrossEntropy, logits, targets, ignore, loss, lse)
+	n, v, prm := ceSetup(kCrossEntropy, logits, targets, ignore, loss, lse)
 	if n == 0 {
 		return
 	}
@@ -91,14 +91,14 @@ func (b *Backend) CrossEntropy(loss, lse, logits, targets backend.View, ignore i
 	}
 	t := b.ceThreads(kCrossEntropy, n, v)
 	b.run(kCrossEntropy, pkey(kCrossEntropy), rowGrid(n), [3]int{t, 1, 1},
-		b.arg(loss), b.arg(lse), b.arg(logits), b.arg(tv), bytesArg(prm))
+		b.arg(loss), b.arg(lse), b.arg(logits), b.arg(targets), bytesArg(prm))
 }
 
 // CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
 // onehot(target)) from the saved lse, zero rows where target == ignore.
 // dlogits may be logits itself (the same view: an in-place update).
 func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.View, ignore int, scale float64) {
-	n, v, prm, tv := ceSetup(kCrossEntropyBack, logits, targets, ignore, dlogits, lse)
+	n, v, prm := ceSetup(kCrossEntropyBack, logits, targets, ignore, dlogits, lse)
 	if n == 0 || v == 0 {
 		return
 	}
@@ -108,7 +108,7 @@ func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.Vie
 	prm.Scale = float32(scale)
 	t := b.ceThreads(kCrossEntropyBack, n, v)
 	b.run(kCrossEntropyBack, pkey(kCrossEntropyBack), rowGrid(n), [3]int{t, 1, 1},
-		b.arg(dlogits), b.arg(logits), b.arg(lse), b.arg(tv), bytesArg(prm))
+		b.arg(dlogits), b.arg(logits), b.arg(lse), b.arg(targets), bytesArg(prm))
 }
 
 // crossEntropyKernels lists the kernels of this file (for the tests).

@@ -74,19 +74,6 @@ func indexData(kernel string, a, b, idx backend.View) {
 	}
 }
 
-// ixContiguous returns v itself if it is contiguous, else a contiguous copy
-// (and a function freeing it).
-func (b *Backend) ixContiguous(v backend.View) (backend.View, func()) {
-	if v.IsContiguous() {
-		return v, func() {}
-	}
-	n := v.Numel()
-	tmp := b.Alloc(v.DType(), n)
-	cv := backend.View{Buf: tmp, Shape: v.Shape, Strides: backend.ContiguousStrides(v.Shape)}
-	b.Copy(cv, v)
-	return cv, func() { b.Free(tmp) }
-}
-
 // ixIndexList returns the binding and stride of a list of int32 indices: a
 // 1-D view of any stride as it is; other views contiguous (copied if
 // needed).
@@ -94,7 +81,7 @@ func (b *Backend) ixIndexList(idx backend.View) (backend.View, int, func()) {
 	if len(idx.Shape) == 1 {
 		return idx, idx.Strides[0], func() {}
 	}
-	cv, free := b.ixContiguous(idx)
+	cv, free := b.contiguous(idx)
 	return cv, 1, free
 }
 
@@ -117,7 +104,7 @@ func (b *Backend) IndexSelect(dst, src, idx backend.View, axis int) {
 	}
 	ixCheckDst(kIndexSelect, dst)
 	checkCount(kIndexSelect, max(n, p*s*q))
-	src, freeSrc := b.ixContiguous(src)
+	src, freeSrc := b.contiguous(src)
 	defer freeSrc()
 	iv, istride, freeIdx := b.ixIndexList(idx)
 	defer freeIdx()
@@ -139,9 +126,9 @@ func (b *Backend) Gather(dst, src, idx backend.View, axis int) {
 	}
 	ixCheckDst(kGather, dst)
 	checkCount(kGather, max(n, p*s*q))
-	src, freeSrc := b.ixContiguous(src)
+	src, freeSrc := b.contiguous(src)
 	defer freeSrc()
-	idx, freeIdx := b.ixContiguous(idx)
+	idx, freeIdx := b.contiguous(idx)
 	defer freeIdx()
 	prm := indexParams{P: uint32(p), S: uint32(s), Q: uint32(q), NI: uint32(ni), IStride: 1, N: uint32(n)}
 	key := pkey(kGather)
@@ -205,7 +192,7 @@ func (b *Backend) IndexAdd(dst, src, idx backend.View, axis int) {
 		return
 	}
 	checkCount(kIndexAdd, max(n, p*ni*q, 4*ni+s+1))
-	src, freeSrc := b.ixContiguous(src)
+	src, freeSrc := b.contiguous(src)
 	defer freeSrc()
 	iv, istride, freeIdx := b.ixIndexList(idx)
 	defer freeIdx()
@@ -241,9 +228,9 @@ func (b *Backend) ScatterAdd(dst, g, idx backend.View, axis int) {
 		return
 	}
 	checkCount(kScatterAdd, max(n, p*ni*q))
-	g, freeG := b.ixContiguous(g)
+	g, freeG := b.contiguous(g)
 	defer freeG()
-	idx, freeIdx := b.ixContiguous(idx)
+	idx, freeIdx := b.contiguous(idx)
 	defer freeIdx()
 	prm := indexParams{P: uint32(p), S: uint32(s), Q: uint32(q), NI: uint32(ni), IStride: 1}
 	intAdd := cBool(0, dst.DType() == backend.Int32)

@@ -228,3 +228,16 @@ var (
 	kMatMul      = kernels.Name("matmul", "f32")
 	kMatMulNaive = kernels.Name("matmul", "naive", "f32")
 )
+
+// contiguous returns v itself if it is contiguous, else a contiguous copy
+// (and a function freeing it): the fallback of kernels that index only
+// contiguous operands, or only so many strided dimensions.
+func (b *Backend) contiguous(v backend.View) (backend.View, func()) {
+	if v.IsContiguous() {
+		return v, func() {}
+	}
+	tmp := b.Alloc(v.DType(), v.Numel())
+	cv := backend.View{Buf: tmp, Shape: v.Shape, Strides: backend.ContiguousStrides(v.Shape)}
+	b.Copy(cv, v)
+	return cv, func() { b.Free(tmp) }
+}

@@ -79,10 +79,8 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 	kl, rl := coalesce(kept), coalesce(red)
 	if len(kl.shape) > maxDims || len(rl.shape) > maxDims {
 		// Too many dimensions survive coalescing: reduce a contiguous copy.
-		tmp := b.Alloc(backend.Float32, nout*nr)
-		defer b.Free(tmp)
-		cv := backend.View{Buf: tmp, Shape: src.Shape, Strides: backend.ContiguousStrides(src.Shape)}
-		b.Copy(cv, src)
+		cv, free := b.contiguous(src)
+		defer free()
 		b.Reduce(op, dst, cv, nred)
 		return
 	}

@@ -181,10 +181,8 @@ func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool)
 	l := coalesce(rows)
 	if len(l.shape) > maxDims {
 		// More row axes than the kernel indexes: rotate a contiguous copy.
-		tmp := b.Alloc(backend.Float32, n)
-		defer b.Free(tmp)
-		cv := backend.View{Buf: tmp, Shape: x.Shape, Strides: backend.ContiguousStrides(x.Shape)}
-		b.Copy(cv, x)
+		cv, free := b.contiguous(x)
+		defer free()
 		b.rope(y, cv, pos0, theta, inverse)
 		return
 	}

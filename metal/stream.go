@@ -33,9 +33,8 @@ type stream struct {
 
 	inflight []submitted // committed, not yet known to be complete, in order
 
-	profile  bool          // one command buffer per kernel, waited for
-	gpuTime  time.Duration // profile mode: device time of the kernels run
-	profiled int           // profile mode: kernels run
+	profile bool          // one command buffer per kernel, waited for
+	gpuTime time.Duration // profile mode: device time of the kernels run
 
 	st StreamStats
 }
@@ -118,7 +117,6 @@ func (b *Backend) run(label string, key driver.PipelineKey, groups, threads [3]i
 		cb := s.commitLocked()
 		b.waitLocked(cb)
 		s.gpuTime += cb.cb.GPUTime()
-		s.profiled++
 	}
 }
 
@@ -238,15 +236,15 @@ func (b *Backend) TimeKernels(launch func()) (d time.Duration, ok bool) {
 	b.Sync()
 	b.mu.Lock()
 	prev := s.profile
-	prevTime, prevN := s.gpuTime, s.profiled
+	prevTime := s.gpuTime
 	s.profile = true
-	s.gpuTime, s.profiled = 0, 0
+	s.gpuTime = 0
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
 		d = s.gpuTime
 		s.profile = prev
-		s.gpuTime, s.profiled = prevTime+d, prevN+s.profiled
+		s.gpuTime = prevTime + d
 		b.mu.Unlock()
 	}()
 	launch()
