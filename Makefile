@@ -25,7 +25,7 @@ test: lint check-darwin
 	$(GO) test ./...
 	FORGE_BLAS=off $(GO) test ./forge/cpu/ ./forge/forgetest/
 	FORGE_REPL_TINY=1 $(GO) test -run TestReplMatchesTrain ./repl/
-	$(MAKE) --no-print-directory test-metal-emu
+	$(MAKE) --no-print-directory test-metal-emu EMU_PKGS=./forge/forgetest/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
 	$(GO) run ./tests/benchtrain -quick >/dev/null
@@ -74,9 +74,12 @@ test-metal:
 
 # A new random schedule each run (printed; EMU_SEED=n repeats one).
 EMU_SEED ?= $(shell date +%s)
+# The forward-schedule run; make test has run ./metal/... and ./kernels/
+# (emulated) in its go test ./... already and passes only the suite.
+EMU_PKGS ?= ./metal/... ./kernels/ ./forge/forgetest/
 test-metal-emu:
 	@scripts/setup.sh metal-emu
-	FORGE_BACKEND=metal-emu $(GO) test -count=1 ./metal/... ./kernels/ ./forge/forgetest/
+	FORGE_BACKEND=metal-emu FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 $(EMU_PKGS)
 	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=reverse FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
 	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=random:$(EMU_SEED) FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
 

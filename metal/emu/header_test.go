@@ -45,8 +45,9 @@ kernel void total(device const float* x [[buffer(0)]],
 		x[i] = float32(i)
 		want += x[i]
 	}
-	bx, out := f32buf(t, d, x), f32buf(t, d, make([]float32, 1))
+	bx := f32buf(t, d, x)
 	withSchedules(d, func(sched string) {
+		out := f32buf(t, d, []float32{-1}) // each schedule must write it
 		if err := run(d, pipe(t, d, "total"), [3]int{1, 1, 1}, [3]int{100, 1, 1}, bufArg(bx), bufArg(out)); err != nil {
 			t.Fatal(err)
 		}
