@@ -335,30 +335,13 @@ func moduleHTML(title string, s nn.Summary) string {
 	b.WriteString("<table class=\"forge-table forge-params\"><tr><th class=\"l\">parameter</th><th class=\"l\">shape</th><th>count</th><th>share</th><th class=\"l\"></th></tr>")
 	for _, r := range s.Rows {
 		fmt.Fprintf(&b, "<tr><td class=\"l\">%s</td><td class=\"l\">%v</td><td>%s</td><td>%.1f%%</td><td class=\"l\"><div style=\"background:#4a7;height:8px;width:%.0fpx\"></div></td></tr>",
-			html.EscapeString(r.Name), r.Shape, commas(r.Count), 100*r.Share, 1+120*r.Share)
+			html.EscapeString(r.Name), r.Shape, nn.Thousands(r.Count), 100*r.Share, 1+120*r.Share)
 	}
-	fmt.Fprintf(&b, "<tr><th class=\"l\">total</th><th></th><th>%s</th><th>100%%</th><th></th></tr></table>", commas(s.Total))
-	return box(fmt.Sprintf("%s — %s parameters", title, commas(s.Total)), b.String())
+	fmt.Fprintf(&b, "<tr><th class=\"l\">total</th><th></th><th>%s</th><th>100%%</th><th></th></tr></table>", nn.Thousands(s.Total))
+	return box(fmt.Sprintf("%s — %s parameters", title, nn.Thousands(s.Total)), b.String())
 }
 
 func moduleText(s nn.Summary) string { return s.String() }
-
-func commas(n int) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var parts []string
-	for len(s) > 3 {
-		parts = append([]string{s[len(s)-3:]}, parts...)
-		s = s[:len(s)-3]
-	}
-	parts = append([]string{s}, parts...)
-	r := strings.Join(parts, ",")
-	if neg {
-		r = "-" + r
-	}
-	return r
-}
 
 // ---- training history
 
@@ -426,7 +409,7 @@ func metricsTable(m train.Metrics, val *float64) string {
 	}
 	return fmt.Sprintf("<table class=\"forge-table forge-metrics\"><tr><th>step</th><th>loss</th><th>val_loss</th><th>lr</th><th>grad_norm</th><th>tokens/s</th><th>step ms</th><th>tokens</th></tr>"+
 		"<tr><td>%d</td><td class=\"forge-loss\">%s</td><td class=\"forge-val-loss\">%s</td><td>%.3g</td><td>%s</td><td>%s</td><td>%.1f</td><td>%s</td></tr></table>",
-		m.Step, num(m.Loss), v, m.LR, num(m.GradNorm), commas(int(m.TokensPerSec)), m.StepMS, commas(int(m.Tokens)))
+		m.Step, num(m.Loss), v, m.LR, num(m.GradNorm), nn.Thousands(int(m.TokensPerSec)), m.StepMS, nn.Thousands(int(m.Tokens)))
 }
 
 func historyText(h train.History) string {
@@ -438,7 +421,7 @@ func historyText(h train.History) string {
 	if v := lastVal(h); v != nil {
 		s += ", val_loss " + num(*v)
 	}
-	s += fmt.Sprintf(", lr %.3g, grad_norm %s, %s tokens/s", last.LR, num(last.GradNorm), commas(int(last.TokensPerSec)))
+	s += fmt.Sprintf(", lr %.3g, grad_norm %s, %s tokens/s", last.LR, num(last.GradNorm), nn.Thousands(int(last.TokensPerSec)))
 	return s
 }
 

@@ -3,6 +3,7 @@ package notebook
 import (
 	"context"
 	"fmt"
+	"github.com/forgeml/forge/forge/nn"
 	"html"
 	"os"
 	"os/signal"
@@ -99,7 +100,7 @@ func (d *dashboard) line(state string, err error) string {
 		if v := lastVal(h); v != nil {
 			s += " val_loss " + num(*v)
 		}
-		s += fmt.Sprintf(" lr %.3g grad_norm %s %s tok/s", m.LR, num(m.GradNorm), commas(int(m.TokensPerSec)))
+		s += fmt.Sprintf(" lr %.3g grad_norm %s %s tok/s", m.LR, num(m.GradNorm), nn.Thousands(int(m.TokensPerSec)))
 	}
 	if state == "training" && eta > 0 {
 		s += " ETA " + eta.Round(time.Second).String()
