@@ -28,9 +28,15 @@ func TestPoolRecycles(t *testing.T) {
 		time.Sleep(time.Millisecond) // cleanups run on their own goroutine
 		pool.mu.Lock()
 		free := len(pool.free[poolKey{uint8(backend.Float32), n}])
+		hits := pool.hits
 		pool.mu.Unlock()
 		if free > 0 {
 			got = be.Alloc(backend.Float32, n).(*Buffer)
+			pool.mu.Lock()
+			if pool.hits != hits+1 {
+				t.Errorf("Alloc with a pooled buffer of that length did not take it (hits %d → %d)", hits, pool.hits)
+			}
+			pool.mu.Unlock()
 		}
 	}
 	if got == nil {
