@@ -271,12 +271,8 @@ func (t *Trainer) Step() Metrics {
 		// kernel: the cross-entropy backward reads it on the host, and an
 		// uploaded value is readable without waiting for the queue. It is
 		// the value the backward of l.MulScalar(1/GradAccum) would pass
-		// (times the loss scale with float16).
-		if t.scaler != nil {
-			l.Backward(upstream(l, scale/float64(cfg.GradAccum)))
-		} else {
-			l.Backward(upstream(l, 1/float64(cfg.GradAccum)))
-		}
+		// (times the loss scale with float16; LossScale is 1 otherwise).
+		l.Backward(upstream(l, scale/float64(cfg.GradAccum)))
 		forge.NoGrad(func() {
 			if cfg.GradAccum > 1 {
 				l = l.MulScalar(1 / float64(cfg.GradAccum))
