@@ -60,11 +60,23 @@ var (
 	kAttnNaiveDKV = kernels.Name("attention", "naive", "dkv", "f32")
 )
 
+// attnFastNames holds the fast-path kernel names by part and head dim
+// (d/8), built once: the dispatch path does no formatting.
+var attnFastNames = func() map[string][]string {
+	m := map[string][]string{}
+	for _, part := range []string{"fwd", "bwd_dq", "bwd_dkv"} {
+		names := make([]string, attnMaxFastD/8+1)
+		for d := 8; d <= attnMaxFastD; d += 8 {
+			names[d/8] = kernels.Name("attention", part, fmt.Sprintf("d%d", d), "f32")
+		}
+		m[part] = names
+	}
+	return m
+}()
+
 // attnFast is the fast-path kernel part ("fwd", "bwd_dq", "bwd_dkv") at
-// head dim d.
-func attnFast(part string, d int) string {
-	return kernels.Name("attention", part, fmt.Sprintf("d%d", d), "f32")
-}
+// head dim d (a multiple of 8 up to attnMaxFastD).
+func attnFast(part string, d int) string { return attnFastNames[part][d/8] }
 
 // attnParams mirrors AttnParams in kernels/attention.metal.
 type attnParams struct {
