@@ -58,6 +58,7 @@ bench:
 check-darwin:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./...
+	GOOS=windows GOARCH=amd64 CGO_ENABLED=0 $(GO) vet ./metal/...  # the emulator's stub for systems without it
 	@d=$$(mktemp -d); GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $$d/ ./metal/... ./forge/forgetest/ && \
 		echo "darwin test binaries: $$(cd $$d && ls | tr '\n' ' ')"; rm -rf $$d
 
