@@ -156,11 +156,10 @@ func (m *Model) Forward(ids *forge.Tensor, cache *Cache) *forge.Tensor {
 	if m.Head != nil {
 		return m.Head.Forward(x)
 	}
-	if dt := m.compute; dt.IsHalf() {
-		// The tied head in the compute dtype, the logits back in float32.
-		return x.Cast(dt).MatMul(m.Wte.Weight.Cast(dt).T()).Cast(x.DType())
-	}
-	return x.MatMul(m.Wte.Weight.T()) // (B, T, Vp)
+	// The tied head: a Linear over the embedding, in the compute dtype
+	// when mixed precision is on (logits back in float32). (B, T, Vp)
+	head := nn.Linear{Weight: m.Wte.Weight, Compute: m.compute}
+	return head.Forward(x)
 }
 
 // SetCompute turns mixed precision on or off, in the style of PyTorch's
