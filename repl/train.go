@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,7 +59,7 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 	}
 	limit := 10000
 	cond := args[1:]
-	if i := indexOf(cond, "--max"); i >= 0 {
+	if i := slices.Index(cond, "--max"); i >= 0 {
 		if i+1 >= len(cond) {
 			return usagef("--max needs a number of steps")
 		}
@@ -104,15 +105,6 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 		fmt.Fprintf(s.stdout, "until %s: not met in %d steps (--max)\n", strings.Join(cond, " "), limit)
 	}
 	return nil
-}
-
-func indexOf(a []string, x string) int {
-	for i, v := range a {
-		if v == x {
-			return i
-		}
-	}
-	return -1
 }
 
 // train runs n steps of the open run through train.Session.Train (which
