@@ -163,7 +163,11 @@ func (t *Tensor) MulScalarInPlace(s float64) *Tensor {
 // The state of a clip is three numbers (backend.GradClipper): the norm
 // √Σ‖g‖², the coefficient min(1, maxNorm/(norm + 1e-6)) (1 without
 // clipping) and a skip flag, set when the norm is not finite, which makes
-// every AdamWUpdateClipped of the clip a no-op.
+// every AdamWUpdateClipped of the clip a no-op. With a loss scale
+// (NewGradClipScaled) the gradients are the true ones times the scale:
+// the norm is the true gradients' and the coefficient includes 1/scale,
+// so the update sees the true, clipped gradients without a pass that
+// unscales them.
 type GradClip struct {
 	maxNorm float64
 	groups  []clipGroup
@@ -186,10 +190,25 @@ type clipGroup struct {
 // on the host (SumSquaresOf, one read-back per device and dtype). No graph
 // is recorded.
 func NewGradClip(grads []*Tensor, maxNorm float64) *GradClip {
+	return NewGradClipScaled(grads, maxNorm, 1)
+}
+
+// NewGradClipScaled is NewGradClip for gradients of a loss multiplied by
+// lossScale (float16's dynamic loss scaling): the clip acts on the
+// gradients divided by lossScale — Norm is their norm, and the
+// coefficient AdamWUpdateClipped applies includes 1/lossScale — while the
+// gradient tensors keep their scaled values. A lossScale that is a power
+// of two makes the result bit for bit that of unscaling in place first
+// (barring overflow or underflow of the scaled values).
+func NewGradClipScaled(grads []*Tensor, maxNorm, lossScale float64) *GradClip {
 	const op = "grad_clip"
 	if !(maxNorm >= 0) || math.IsInf(maxNorm, 0) {
 		panic(errorf(op, "max norm must be finite and ≥ 0, got %v", maxNorm))
 	}
+	if !(lossScale > 0) || math.IsInf(lossScale, 0) {
+		panic(errorf(op, "loss scale must be finite and > 0, got %v", lossScale))
+	}
+	unscale := 1 / lossScale
 	c := &GradClip{maxNorm: maxNorm}
 	for _, g := range grads {
 		sameFloat(op, g)
@@ -206,7 +225,7 @@ func NewGradClip(grads []*Tensor, maxNorm float64) *GradClip {
 			}
 			gr.state = newTensor(gr.dev, gc.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
 			launch(gr.dev, kcall{name: op, dt: gr.dt, shapes: shapesOf(sums, gr.state), bytes: bytesOf(sums, gr.state), flops: int64(len(grads)) + 4},
-				func(be backend.Backend) { be.(backend.GradClipper).GradClip(gr.state.bv(), sums.bv(), maxNorm) })
+				func(be backend.Backend) { be.(backend.GradClipper).GradClip(gr.state.bv(), sums.bv(), maxNorm, unscale) })
 			return c
 		}
 	}
@@ -215,14 +234,9 @@ func NewGradClip(grads []*Tensor, maxNorm float64) *GradClip {
 	for _, s := range SumSquaresOf(grads) {
 		total += s
 	}
-	norm := math.Sqrt(total)
-	coef, skip := 1.0, 0.0
-	switch {
-	case math.IsNaN(norm) || math.IsInf(norm, 0):
-		skip = 1
-	case maxNorm > 0:
-		coef = min(1, maxNorm/(norm+backend.ClipEps))
-	}
+	norm := math.Sqrt(total) * unscale
+	coef, skip := backend.ClipFactor(norm, maxNorm)
+	coef *= unscale
 	c.vals = &[backend.ClipStateLen]float64{backend.ClipNorm: norm, backend.ClipCoef: coef, backend.ClipSkip: skip}
 	for i := range c.groups {
 		gr := &c.groups[i]
@@ -264,8 +278,9 @@ func (c *GradClip) MaxNorm() float64 { return c.maxNorm }
 // reading it back from the device on first use.
 func (c *GradClip) Norm() float64 { return c.values()[backend.ClipNorm] }
 
-// Coef returns the factor the gradients are scaled by (1: unclipped),
-// reading it back on first use.
+// Coef returns the factor the update scales the gradients by (1:
+// unclipped, without a loss scale; it includes 1/lossScale), reading it
+// back on first use.
 func (c *GradClip) Coef() float64 { return c.values()[backend.ClipCoef] }
 
 // Skipped reports whether the norm is not finite, in which case every

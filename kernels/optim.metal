@@ -5,10 +5,12 @@
 // grad_clip_f32: one thread adds the n per-tensor sums of squares (written
 // by sum_squares_f32 into one buffer) in index order — deterministic — as
 // a compensated float pair, takes the corrected square root, and writes the
-// state (backend.ClipNorm, ClipCoef, ClipSkip):
-//   state[0] = norm = √Σ sums
-//   state[1] = min(1, max_norm/(norm + eps)); 1 when max_norm is 0 or the
-//              norm is not finite
+// state (backend.ClipNorm, ClipCoef, ClipSkip) for gradients that are the
+// true ones times a loss scale (unscale = 1/scale, a power of two, so the
+// products by it are exact):
+//   state[0] = norm = √Σ sums · unscale
+//   state[1] = unscale · min(1, max_norm/(norm + eps)); unscale when
+//              max_norm is 0 or the norm is not finite
 //   state[2] = 1 when the norm is NaN or ±Inf, else 0
 // Finiteness is tested on the bits, so it holds under any math mode.
 //
@@ -25,6 +27,7 @@ struct GradClipParams {
     uint n;          // number of sums
     float max_norm;  // 0: no clipping
     float eps;       // added to the norm before dividing (1e-6)
+    float unscale;   // 1/loss scale (1 without loss scaling)
 };
 
 struct AdamWClippedParams {
@@ -69,6 +72,7 @@ kernel void grad_clip_f32(device float* state [[buffer(0)]],
     if (norm > 0.0f && clip_finite(norm)) {
         norm += (fma(-norm, norm, hi) + lo) / (2.0f * norm);
     }
+    norm *= p.unscale;
     float coef = 1.0f;
     float skip = 0.0f;
     if (!clip_finite(norm)) {
@@ -77,7 +81,7 @@ kernel void grad_clip_f32(device float* state [[buffer(0)]],
         coef = min(1.0f, p.max_norm / (norm + p.eps));
     }
     state[0] = norm;
-    state[1] = coef;
+    state[1] = p.unscale * coef;
     state[2] = skip;
 }
 

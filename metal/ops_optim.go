@@ -19,8 +19,8 @@ var (
 
 // gradClipParams mirrors GradClipParams in kernels/optim.metal.
 type gradClipParams struct {
-	N            uint32
-	MaxNorm, Eps float32
+	N                     uint32
+	MaxNorm, Eps, Unscale float32
 }
 
 // adamwClippedParams mirrors AdamWClippedParams in kernels/optim.metal.
@@ -34,8 +34,9 @@ func (b *Backend) ClipStateDType(backend.DType) backend.DType { return backend.F
 
 // GradClip writes the norm, clip coefficient and skip flag of the n sums
 // of squares in sums into state (3 float32), in one single-thread kernel
-// that adds the sums in order (see kernels/optim.metal).
-func (b *Backend) GradClip(state, sums backend.View, maxNorm float64) {
+// that adds the sums in order (see kernels/optim.metal), with the loss
+// scale's inverse unscale folded into the norm and the coefficient.
+func (b *Backend) GradClip(state, sums backend.View, maxNorm, unscale float64) {
 	checkKernelDType(kGradClip, onlyF32, state, sums)
 	if state.Numel() != backend.ClipStateLen || !state.IsContiguous() || !sums.IsContiguous() {
 		panic(fmt.Sprintf("metal: %s: state %v must hold %d contiguous elements and sums %v (strides %v) be contiguous",
@@ -44,6 +45,9 @@ func (b *Backend) GradClip(state, sums backend.View, maxNorm float64) {
 	if !(maxNorm >= 0) || math.IsInf(maxNorm, 0) {
 		panic(fmt.Sprintf("metal: %s: max norm %v must be finite and ≥ 0", kGradClip, maxNorm))
 	}
+	if !(unscale > 0) || math.IsInf(unscale, 0) {
+		panic(fmt.Sprintf("metal: %s: unscale %v must be finite and > 0", kGradClip, unscale))
+	}
 	n := sums.Numel()
 	checkCount(kGradClip, n)
 	sv := sums
@@ -51,7 +55,7 @@ func (b *Backend) GradClip(state, sums backend.View, maxNorm float64) {
 		sv = state
 	}
 	b.run(kGradClip, pkey(kGradClip), [3]int{1, 1, 1}, [3]int{1, 1, 1}, b.arg(state), b.arg(sv),
-		bytesArg(gradClipParams{N: uint32(n), MaxNorm: float32(maxNorm), Eps: backend.ClipEps}))
+		bytesArg(gradClipParams{N: uint32(n), MaxNorm: float32(maxNorm), Eps: backend.ClipEps, Unscale: float32(unscale)}))
 }
 
 // AdamWClipped applies one AdamW update in place to param, m and v from

@@ -261,13 +261,19 @@ func TestGradClipMatchesCPU(t *testing.T) {
 		name    string
 		sums    []float64
 		maxNorm float64
+		unscale float64 // 1/loss scale
 	}{
-		{"clipped", []float64{3.5, 0.25, 120, 1e-3, 7}, 1},
-		{"unclipped", []float64{0.01, 0.02, 0.03}, 1},
-		{"no clipping", []float64{30, 40}, 0},
-		{"nan", []float64{1, math.NaN(), 2}, 1},
-		{"inf", []float64{1, math.Inf(1)}, 1},
-		{"no sums", nil, 1},
+		{"clipped", []float64{3.5, 0.25, 120, 1e-3, 7}, 1, 1},
+		{"unclipped", []float64{0.01, 0.02, 0.03}, 1, 1},
+		{"no clipping", []float64{30, 40}, 0, 1},
+		{"nan", []float64{1, math.NaN(), 2}, 1, 1},
+		{"inf", []float64{1, math.Inf(1)}, 1, 1},
+		{"no sums", nil, 1, 1},
+		// Sums of gradients times 2¹⁶: the norm is the true one, the
+		// coefficient carries 2⁻¹⁶ (clipped, and not).
+		{"loss scale, clipped", []float64{3.5 * 0x1p32, 0.25 * 0x1p32, 120 * 0x1p32}, 1, 0x1p-16},
+		{"loss scale, unclipped", []float64{0.01 * 0x1p32, 0.02 * 0x1p32}, 1, 0x1p-16},
+		{"loss scale, no clipping", []float64{30 * 0x1p32}, 0, 0x1p-16},
 	} {
 		sums := e.newPair(backend.Float32, contig(len(c.sums)), func(i int) float64 {
 			if i < len(c.sums) {
@@ -280,15 +286,15 @@ func TestGradClipMatchesCPU(t *testing.T) {
 		sv := func(b backend.Buffer) backend.View {
 			return backend.View{Buf: b, Shape: []int{backend.ClipStateLen}, Strides: []int{1}}
 		}
-		e.dev.GradClip(sv(stDev), sums.dev, c.maxNorm)
-		e.ref.GradClip(sv(stRef), sums.ref, c.maxNorm)
+		e.dev.GradClip(sv(stDev), sums.dev, c.maxNorm, c.unscale)
+		e.ref.GradClip(sv(stRef), sums.ref, c.maxNorm, c.unscale)
 		got := make([]float32, backend.ClipStateLen)
 		want := make([]float64, backend.ClipStateLen)
 		e.dev.Read(stDev, got)
 		e.ref.Read(stRef, want)
 		for i := range want {
 			g, w := float64(got[i]), want[i]
-			if math.IsNaN(w) != math.IsNaN(g) || (!math.IsNaN(w) && math.Abs(g-w) > 1e-6*max(1, math.Abs(w))) {
+			if math.IsNaN(w) != math.IsNaN(g) || (!math.IsNaN(w) && math.Abs(g-w) > 1e-6*max(c.unscale, math.Abs(w))) {
 				t.Errorf("%s: state[%d] = %v on metal-emu, %v on the CPU", c.name, i, g, w)
 			}
 		}

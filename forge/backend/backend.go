@@ -31,6 +31,7 @@ package backend
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -433,6 +434,21 @@ type RowStridedAttention interface {
 // torch.nn.utils.clip_grad_norm_ does): coef = maxNorm/(norm + ClipEps).
 const ClipEps = 1e-6
 
+// ClipFactor is the rule of global-norm clipping to maxNorm (≥ 0; 0 = no
+// clipping) for gradients of the given global norm: the factor the
+// gradients are scaled by, min(1, maxNorm/(norm + ClipEps)), and skip = 1
+// when the norm is NaN or ±Inf (the step is skipped; coef is then 1),
+// else 0. Every implementation (host, CPU, Metal) computes this.
+func ClipFactor(norm, maxNorm float64) (coef, skip float64) {
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return 1, 1
+	}
+	if maxNorm == 0 {
+		return 1, 0
+	}
+	return min(1, maxNorm/(norm+ClipEps)), 0
+}
+
 // Elements of the state GradClip writes (a ClipStateLen-element vector).
 const (
 	ClipNorm     = 0 // the global L2 norm √Σ sums
@@ -459,15 +475,15 @@ type GradClipper interface {
 	// GradClip adds the n sums of squares in sums (contiguous, the
 	// gradients' dtype) in index order, in ClipStateDType or wider, and
 	// writes the ClipStateLen elements of state (contiguous,
-	// ClipStateDType):
+	// ClipStateDType), for gradients that must first be multiplied by
+	// unscale (1/loss scale, a power of two; 1 without loss scaling):
 	//
-	//	state[ClipNorm] = norm = √Σ sums
-	//	state[ClipCoef] = min(1, maxNorm/(norm + ClipEps)); 1 when maxNorm is 0
-	//	                  (no clipping) or the norm is not finite
-	//	state[ClipSkip] = 1 when the norm is NaN or ±Inf, else 0
+	//	state[ClipNorm] = norm = √Σ sums · unscale
+	//	state[ClipCoef] = unscale·c with c, skip = ClipFactor(norm, maxNorm)
+	//	state[ClipSkip] = skip: 1 when the norm is NaN or ±Inf, else 0
 	//
-	// maxNorm is ≥ 0 and finite.
-	GradClip(state, sums View, maxNorm float64)
+	// maxNorm is ≥ 0 and finite; unscale is > 0 and finite.
+	GradClip(state, sums View, maxNorm, unscale float64)
 	// AdamWClipped is AdamW with the gradient scaled by a GradClip state:
 	// each element reads g = grad·state[ClipCoef], rounded to grad's dtype
 	// (what scaling the gradient in place first would store; g itself when

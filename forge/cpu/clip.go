@@ -21,7 +21,7 @@ func (be *Backend) ClipStateDType(backend.DType) backend.DType { return backend.
 
 // GradClip writes the norm, the clip coefficient and the skip flag of the
 // sums of squares in sums (see backend.GradClipper) into state (float64).
-func (be *Backend) GradClip(state, sums backend.View, maxNorm float64) {
+func (be *Backend) GradClip(state, sums backend.View, maxNorm, unscale float64) {
 	if state.DType() != backend.Float64 || state.Numel() != backend.ClipStateLen || !state.IsContiguous() {
 		panic(fmt.Sprintf("cpu: grad_clip: state must be %d contiguous float64, got %v %v", backend.ClipStateLen, state.DType(), state.Shape))
 	}
@@ -30,6 +30,9 @@ func (be *Backend) GradClip(state, sums backend.View, maxNorm float64) {
 	}
 	if !(maxNorm >= 0) || math.IsInf(maxNorm, 0) {
 		panic(fmt.Sprintf("cpu: grad_clip: max norm %v must be finite and ≥ 0", maxNorm))
+	}
+	if !(unscale > 0) || math.IsInf(unscale, 0) {
+		panic(fmt.Sprintf("cpu: grad_clip: unscale %v must be finite and > 0", unscale))
 	}
 	n := sums.Numel()
 	total := 0.0
@@ -45,21 +48,10 @@ func (be *Backend) GradClip(state, sums backend.View, maxNorm float64) {
 	default:
 		panic(badDType("grad_clip", sums.DType()))
 	}
-	norm := math.Sqrt(total)
-	coef, skip := clipCoef(norm, maxNorm)
+	norm := math.Sqrt(total) * unscale
+	coef, skip := backend.ClipFactor(norm, maxNorm)
 	st := f64(state)[:backend.ClipStateLen]
-	st[backend.ClipNorm], st[backend.ClipCoef], st[backend.ClipSkip] = norm, coef, skip
-}
-
-// clipCoef returns the clip coefficient and the skip flag of a norm.
-func clipCoef(norm, maxNorm float64) (coef, skip float64) {
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return 1, 1
-	}
-	if maxNorm == 0 {
-		return 1, 0
-	}
-	return min(1, maxNorm/(norm+backend.ClipEps)), 0
+	st[backend.ClipNorm], st[backend.ClipCoef], st[backend.ClipSkip] = norm, unscale*coef, skip
 }
 
 // AdamWClipped applies one AdamW update to param, m and v in place from

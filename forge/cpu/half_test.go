@@ -322,7 +322,7 @@ func TestHalfKernelsRefuse(t *testing.T) {
 			"sum_squares":             func() { be.SumSquares(h(1), h(8)) },
 			"adamw":                   func() { be.AdamW(h(8), h(8), h(8), h(8), op) },
 			"adamw (clipped)":         func() { be.AdamWClipped(h(8), h(8), h(8), h(8), f64(backend.ClipStateLen), op) },
-			"grad_clip":               func() { be.GradClip(f64(backend.ClipStateLen), h(3), 1) },
+			"grad_clip":               func() { be.GradClip(f64(backend.ClipStateLen), h(3), 1, 1) },
 			"cross_entropy (f32 out)": func() { be.CrossEntropy(h(2), h(2), h(2, 4), ix(2), -1) },
 		}
 		for name, call := range calls {

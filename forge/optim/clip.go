@@ -20,12 +20,9 @@ func ClipGradNorm(params []*forge.Tensor, maxNorm float64) float64 {
 	if !(maxNorm > 0) {
 		panic(errorf("clip_grad_norm", "max norm must be > 0, got %v", maxNorm))
 	}
-	norm := GradNorm(params)
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm
-	}
-	coef := maxNorm / (norm + 1e-6)
-	if coef >= 1 {
+	c := ClipGradNormDeferred(params, maxNorm) // the one clipping rule
+	norm, coef := c.Norm(), c.Coef()
+	if c.Skipped() || coef == 1 {
 		return norm
 	}
 	forge.WithPhase(forge.PhaseOptimizer, func() {
@@ -72,6 +69,15 @@ func GradNorm(params []*forge.Tensor) float64 {
 // once. The results are ClipGradNorm's followed by Step (on the CPU bit
 // for bit), except that the gradients are left unscaled.
 func ClipGradNormDeferred(params []*forge.Tensor, maxNorm float64) *forge.GradClip {
+	return ClipGradNormDeferredScaled(params, maxNorm, 1)
+}
+
+// ClipGradNormDeferredScaled is ClipGradNormDeferred for the gradients of
+// a loss multiplied by lossScale (float16's dynamic loss scaling): the
+// clip and the update act on the gradients divided by lossScale, with no
+// pass over them to unscale (forge.NewGradClipScaled); the gradient
+// tensors keep their scaled values.
+func ClipGradNormDeferredScaled(params []*forge.Tensor, maxNorm, lossScale float64) *forge.GradClip {
 	if !(maxNorm >= 0) || math.IsInf(maxNorm, 0) {
 		panic(errorf("clip_grad_norm", "max norm must be finite and ≥ 0, got %v", maxNorm))
 	}
@@ -83,7 +89,7 @@ func ClipGradNormDeferred(params []*forge.Tensor, maxNorm float64) *forge.GradCl
 	}
 	var c *forge.GradClip
 	forge.WithPhase(forge.PhaseOptimizer, func() {
-		forge.NoGrad(func() { c = forge.NewGradClip(grads, maxNorm) })
+		forge.NoGrad(func() { c = forge.NewGradClipScaled(grads, maxNorm, lossScale) })
 	})
 	return c
 }

@@ -109,12 +109,7 @@ func TestDeferredClipMatchesClipGradNorm(t *testing.T) {
 			ref.setGrads(uint64(10+i), s.scale, s.poison)
 			got.setGrads(uint64(10+i), s.scale, s.poison)
 			// The reference: the host-side clip of the trainer before.
-			var wantNorm float64
-			if s.maxNorm > 0 {
-				wantNorm = ClipGradNorm(ref.params, s.maxNorm)
-			} else {
-				wantNorm = GradNorm(ref.params)
-			}
+			wantNorm := hostClip(ref.params, s.maxNorm)
 			wantSkip := math.IsNaN(wantNorm) || math.IsInf(wantNorm, 0)
 			if !wantSkip {
 				ref.opt.Step()
@@ -145,6 +140,90 @@ func TestDeferredClipMatchesClipGradNorm(t *testing.T) {
 			}
 		}
 		t.Logf("mixed=%v: %d steps bit-identical to ClipGradNorm + Step", mixed, len(steps))
+	}
+}
+
+// hostClip is the clip written out on the host, independently of the
+// package's: the norm from GradNorm and, when it is finite and above
+// maxNorm > 0, every gradient scaled in place by maxNorm/(norm + 1e-6).
+func hostClip(params []*forge.Tensor, maxNorm float64) float64 {
+	norm := GradNorm(params)
+	if math.IsNaN(norm) || math.IsInf(norm, 0) || maxNorm == 0 {
+		return norm
+	}
+	if coef := maxNorm / (norm + 1e-6); coef < 1 {
+		forge.NoGrad(func() {
+			for _, p := range params {
+				p.Grad().MulScalarInPlace(coef)
+			}
+		})
+	}
+	return norm
+}
+
+// TestClipGradNormMatchesHost checks ClipGradNorm (the package's one
+// clipping rule, run through forge.GradClip) against hostClip: the norms
+// and the scaled gradients bit for bit, clipped and not.
+func TestClipGradNormMatchesHost(t *testing.T) {
+	for _, scale := range []float64{0.05, 1, 100} {
+		ref, got := newClipRun(2, true), newClipRun(2, true)
+		ref.setGrads(5, scale, 0)
+		got.setGrads(5, scale, 0)
+		wantNorm, norm := hostClip(ref.params, 1), ClipGradNorm(got.params, 1)
+		if math.Float64bits(norm) != math.Float64bits(wantNorm) {
+			t.Errorf("scale %v: norm %v, want %v", scale, norm, wantNorm)
+		}
+		for k := range ref.params {
+			w, g := ref.params[k].Grad().Float64s(), got.params[k].Grad().Float64s()
+			for j := range w {
+				if math.Float64bits(g[j]) != math.Float64bits(w[j]) {
+					t.Fatalf("scale %v: gradient %d element %d: %v, want %v", scale, k, j, g[j], w[j])
+				}
+			}
+		}
+	}
+}
+
+// TestScaledClipMatchesUnscaled checks the loss-scaled clip: gradients
+// times 2¹⁶ clipped by ClipGradNormDeferredScaled give the norm, skip flag
+// and update (parameters, moments) of the unscaled gradients clipped by
+// ClipGradNormDeferred, bit for bit, and the gradients keep their scaled
+// values.
+func TestScaledClipMatchesUnscaled(t *testing.T) {
+	const ls = 0x1p16
+	for _, s := range []struct{ scale, maxNorm, poison float64 }{
+		{1, 1, 0}, {0.001, 1, 0}, {1, 0, 0}, {1, 1, math.NaN()},
+	} {
+		ref, got := newClipRun(3, false), newClipRun(3, false)
+		ref.setGrads(6, s.scale, s.poison)
+		got.setGrads(6, s.scale*ls, s.poison)
+		want := ClipGradNormDeferred(ref.params, s.maxNorm)
+		ref.opt.StepClipped(want)
+		c := ClipGradNormDeferredScaled(got.params, s.maxNorm, ls)
+		got.opt.StepClipped(c)
+		if math.Float64bits(c.Norm()) != math.Float64bits(want.Norm()) && !math.IsNaN(want.Norm()) {
+			t.Errorf("%+v: norm %v, unscaled %v", s, c.Norm(), want.Norm())
+		}
+		if c.Skipped() != want.Skipped() {
+			t.Errorf("%+v: skipped %v, unscaled %v", s, c.Skipped(), want.Skipped())
+		}
+		if !want.Skipped() && c.Coef() != want.Coef()/ls {
+			t.Errorf("%+v: coefficient %v, want %v/2¹⁶", s, c.Coef(), want.Coef())
+		}
+		gs, ws := got.state(), ref.state()
+		for k := range ws {
+			for j := range ws[k] {
+				if math.Float64bits(gs[k][j]) != math.Float64bits(ws[k][j]) {
+					t.Fatalf("%+v: tensor %d element %d: %v, unscaled gives %v", s, k, j, gs[k][j], ws[k][j])
+				}
+			}
+		}
+		if g, w := got.params[0].Grad().Float64s()[3], ref.params[0].Grad().Float64s()[3]; g != w*ls {
+			t.Errorf("%+v: gradient %v, want the scaled %v", s, g, w*ls)
+		}
+	}
+	if err := forge.Try(func() { ClipGradNormDeferredScaled(nil, 1, 0) }); err == nil {
+		t.Error("a zero loss scale was accepted")
 	}
 }
 

@@ -248,13 +248,14 @@ func (t *Trainer) SetLR(lr float64) {
 // Step runs one optimizer update: GradAccum micro-batches of forward and
 // backward (each loss divided by GradAccum), global-norm clipping, AdamW.
 // A non-finite gradient norm skips the update (the record says so). The
-// clip is folded into AdamW on the device, so the gradients are left
-// unscaled, and nothing is read back until the end: on Metal a step is
-// one command buffer (one per micro-batch) and one wait.
+// clip is folded into AdamW on the device, so the gradients are left as
+// the backward wrote them (unclipped; with float16, still times the loss
+// scale), and nothing is read back until the end: on Metal a step is one
+// command buffer (one per micro-batch) and one wait.
 func (t *Trainer) Step() Metrics {
 	// With precision float16 the backward starts from the loss times the
-	// loss scale, and the gradients are divided by it (in place, on the
-	// device) before the clip (see lossScaler).
+	// loss scale (see lossScaler); the clip divides it out of the norm and
+	// of the update's coefficient, so no pass unscales the gradients.
 	start := time.Now()
 	cfg := t.Config
 	lr := t.LR()
@@ -283,10 +284,7 @@ func (t *Trainer) Step() Metrics {
 			l.Device().Flush() // start the device on this micro-batch
 		}
 	}
-	if t.scaler != nil {
-		t.unscale(1 / scale)
-	}
-	clip := optim.ClipGradNormDeferred(t.params, cfg.GradClip)
+	clip := optim.ClipGradNormDeferredScaled(t.params, cfg.GradClip, scale)
 	t.Opt.StepClipped(clip)
 	// The one wait: the first read finishes the queue.
 	loss := 0.0
@@ -308,25 +306,6 @@ func (t *Trainer) Step() Metrics {
 	}
 	t.History.Steps = append(t.History.Steps, m)
 	return m
-}
-
-// unscale multiplies every gradient by inv (1/scale, a power of two) in
-// place, on the device: the clip and AdamW then see the true gradients,
-// and a gradient that overflowed stays non-finite, so the clip's skip
-// flag skips the step. (The device-side clip could fold inv into its
-// coefficient, but only by changing the GradClipper kernels: the norm is
-// taken before the coefficient, and an unclipped step uses the gradients
-// as they are.)
-func (t *Trainer) unscale(inv float64) {
-	forge.WithPhase(forge.PhaseOptimizer, func() {
-		forge.NoGrad(func() {
-			for _, p := range t.params {
-				if g := p.Grad(); g != nil {
-					g.MulScalarInPlace(inv)
-				}
-			}
-		})
-	})
 }
 
 // upstream returns the scalar v as a tensor of l's shape, dtype and device,
