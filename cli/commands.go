@@ -49,24 +49,6 @@ func (e *env) interruptContext() (context.Context, func()) {
 	}
 }
 
-func readTexts(paths []string) ([]string, string, error) {
-	if len(paths) == 0 {
-		return nil, "", nil
-	}
-	var texts []string
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, "", err
-		}
-		if len(b) == 0 {
-			return nil, "", fmt.Errorf("%s is empty", p)
-		}
-		texts = append(texts, string(b))
-	}
-	return texts, strings.Join(paths, ","), nil
-}
-
 func cmdTrain(e *env, args []string) error {
 	fs := flags(e, "train")
 	config := fs.String("config", "tiny", "config name ("+strings.Join(configNames(), ", ")+") or a .json file")
@@ -112,21 +94,14 @@ func cmdTrain(e *env, args []string) error {
 	if exists && len(dataFiles) > 0 {
 		return usagef("%s already holds a run with its own data; choose a new --run directory to train on %s", dir, strings.Join(dataFiles, ", "))
 	}
-	prepared := ""
-	if len(dataFiles) == 1 {
-		if fi, err := os.Stat(dataFiles[0]); err == nil && fi.IsDir() {
-			prepared, dataFiles = dataFiles[0], nil
-		}
-	}
-	texts, source, err := readTexts(dataFiles)
-	if err != nil {
+	opts := train.OpenOptions{Config: cfgp, Log: e.stderr}
+	if err := opts.UseData(dataFiles); err != nil {
 		return err
 	}
-	log := e.stderr
 	if *quiet {
-		log = nil
+		opts.Log = nil
 	}
-	s, err := train.Open(dir, train.OpenOptions{Config: cfgp, Texts: texts, Source: source, Prepared: prepared, Log: log})
+	s, err := train.Open(dir, opts)
 	if err != nil {
 		return err
 	}
@@ -371,7 +346,7 @@ func cmdPrepare(e *env, args []string) error {
 	if *kind != "bpe" && *kind != "char" {
 		return usagef("--tokenizer %q: want bpe or char", *kind)
 	}
-	texts, _, err := readTexts(files)
+	texts, err := data.ReadTexts(files)
 	if err != nil {
 		return err
 	}

@@ -187,19 +187,9 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 		}
 		opts.Config = &cfg
 	}
-	if len(dataFiles) == 1 {
-		if fi, err := os.Stat(dataFiles[0]); err == nil && fi.IsDir() {
-			opts.Prepared, dataFiles = dataFiles[0], nil
-		}
+	if err := opts.UseData(dataFiles); err != nil {
+		return err
 	}
-	for _, p := range dataFiles {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		opts.Texts = append(opts.Texts, string(b))
-	}
-	opts.Source = strings.Join(dataFiles, ",")
 	r, err := train.Open(dir, opts)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -68,4 +69,22 @@ func Builtin(name string) (string, error) {
 	}
 	return "", fmt.Errorf("data: no built-in corpus %q (available: %s)",
 		name, strings.Join(BuiltinNames(), ", "))
+}
+
+// ReadTexts reads the text files paths for training, in order. An
+// unreadable or empty file is an error naming it (an empty file would
+// train on nothing from it without saying so).
+func ReadTexts(paths []string) ([]string, error) {
+	var texts []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == 0 {
+			return nil, fmt.Errorf("%s is empty: give a text file with the training text", p)
+		}
+		texts = append(texts, string(b))
+	}
+	return texts, nil
 }

@@ -705,3 +705,26 @@ func ParseState(b []byte) (State, error) {
 	}
 	return st, nil
 }
+
+// UseData sets the data of a new run from command-line arguments: one
+// directory is a `forge prepare` output (Prepared); otherwise the paths are
+// text files, read into Texts (an empty or unreadable one is an error) and
+// named in Source. No paths leave the options unchanged (the built-in
+// corpus).
+func (o *OpenOptions) UseData(paths []string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	if len(paths) == 1 {
+		if fi, err := os.Stat(paths[0]); err == nil && fi.IsDir() {
+			o.Prepared = paths[0]
+			return nil
+		}
+	}
+	texts, err := data.ReadTexts(paths)
+	if err != nil {
+		return err
+	}
+	o.Texts, o.Source = texts, strings.Join(paths, ",")
+	return nil
+}

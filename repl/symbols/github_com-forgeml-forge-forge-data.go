@@ -31,6 +31,7 @@ func init() {
 		"OpenLoader":         reflect.ValueOf(data.OpenLoader),
 		"ParseTokens":        reflect.ValueOf(data.ParseTokens),
 		"Prepare":            reflect.ValueOf(data.Prepare),
+		"ReadTexts":          reflect.ValueOf(data.ReadTexts),
 		"ReadTokens":         reflect.ValueOf(data.ReadTokens),
 		"TokenMagic":         reflect.ValueOf(constant.MakeFromLiteral("20240520", token.INT, 0)),
 		"TokenVersion":       reflect.ValueOf(constant.MakeFromLiteral("1", token.INT, 0)),

@@ -10,13 +10,14 @@ import (
 func init() {
 	Symbols["github.com/forgeml/forge/forge/optim/optim"] = map[string]reflect.Value{
 		// function, constant and variable definitions
-		"ClipGradNorm":         reflect.ValueOf(optim.ClipGradNorm),
-		"ClipGradNormDeferred": reflect.ValueOf(optim.ClipGradNormDeferred),
-		"DecayGroups":          reflect.ValueOf(optim.DecayGroups),
-		"DefaultAdamWConfig":   reflect.ValueOf(optim.DefaultAdamWConfig),
-		"GradNorm":             reflect.ValueOf(optim.GradNorm),
-		"NewAdamW":             reflect.ValueOf(optim.NewAdamW),
-		"NewAdamWGroups":       reflect.ValueOf(optim.NewAdamWGroups),
+		"ClipGradNorm":               reflect.ValueOf(optim.ClipGradNorm),
+		"ClipGradNormDeferred":       reflect.ValueOf(optim.ClipGradNormDeferred),
+		"ClipGradNormDeferredScaled": reflect.ValueOf(optim.ClipGradNormDeferredScaled),
+		"DecayGroups":                reflect.ValueOf(optim.DecayGroups),
+		"DefaultAdamWConfig":         reflect.ValueOf(optim.DefaultAdamWConfig),
+		"GradNorm":                   reflect.ValueOf(optim.GradNorm),
+		"NewAdamW":                   reflect.ValueOf(optim.NewAdamW),
+		"NewAdamWGroups":             reflect.ValueOf(optim.NewAdamWGroups),
 
 		// type definitions
 		"AdamW":        reflect.ValueOf((*optim.AdamW)(nil)),

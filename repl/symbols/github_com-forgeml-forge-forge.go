@@ -37,6 +37,7 @@ func init() {
 		"MatMulPair":         reflect.ValueOf(forge.MatMulPair),
 		"NewGenerator":       reflect.ValueOf(forge.NewGenerator),
 		"NewGradClip":        reflect.ValueOf(forge.NewGradClip),
+		"NewGradClipScaled":  reflect.ValueOf(forge.NewGradClipScaled),
 		"NoGrad":             reflect.ValueOf(forge.NoGrad),
 		"Ones":               reflect.ValueOf(forge.Ones),
 		"OnesLike":           reflect.ValueOf(forge.OnesLike),
