@@ -1,6 +1,21 @@
 // attention.metal — Backend.Attention and Backend.AttentionBackward: fused
-// scaled-dot-product attention, causal or full, with grouped KV heads,
-// float32 (FlashAttention-2: no (Tq, Tk) matrix is ever stored).
+// scaled-dot-product attention, causal or full, with grouped KV heads
+// (FlashAttention-2: no (Tq, Tk) matrix is ever stored), on float32,
+// float16 or bfloat16 data with float32 arithmetic.
+//
+// Dtypes: q, k, v, out, dout, dq, dk and dv are all of one type T (float,
+// half or bfloat; kernel names end _f32, _f16, _bf16); lse and the delta
+// scratch are float32 always. Every 16-bit value is widened (exactly) to
+// float32 where it is read — into the staged tiles, the register
+// fragments, the reference loops — so S = Q·Kᵀ, the softmax statistics,
+// P, dP, dS and every accumulator (O, dQ, dK, dV) are float32, and P and
+// dS enter P·V, dS·K, Pᵀ·dO and dSᵀ·Q unrounded (float32 fragments on both
+// sides; FlashAttention's CUDA kernels instead round P and dS to the input
+// type for 16-bit tensor-core products: not done here). Each 16-bit output
+// element is rounded once, to nearest even, where it is stored. A 16-bit
+// kernel therefore performs exactly the float32 kernel's arithmetic on the
+// widened inputs, in the same order: its outputs are the float32 kernel's
+// rounded once (the tests check this bit for bit on the emulator).
 //
 // Shapes: q, out, dout (B, H, Tq, D); k, v (B, Hkv, Tk, D); lse, delta
 // (B, H, Tq); dq (B, H, Tq, D); dk, dv (B, Hkv, Tk, D). Query head h reads
@@ -13,9 +28,21 @@
 // as 0, and running maxima start at the finite ATTN_NEG (never −INFINITY:
 // exp(−inf − −inf) is NaN).
 //
-// Fast path (head dims D = 8, 16, …, 128; one instantiation per D, names
-// attention_<part>_d<D>_f32), simdgroup_float8x8 fragments, float32
-// throughout. Every simdgroup owns 8 rows; a threadgroup has 1–4
+// Fast path (head dims D = 8, 16, …, 128), simdgroup_float8x8 fragments.
+// float32: one instantiation per D, names attention_<part>_d<D>_f32.
+// 16-bit: instances at D = 32, 64, 96 and 128 only (attention_<part>_d<D>_f16
+// / _bf16), each serving the head dims above the previous one up to its
+// own, the call's head dim p.D read at run time (attn_dim): fragments past
+// p.D are never loaded, multiplied or stored and the staged tiles are zero
+// there, so a head dim runs the same operations as at its own instance
+// (the tile geometry BK is the same within each bucket). This bounds the
+// emulator's compile of this file, where every instance is fully unrolled
+// C++ (measured cold, CPU time: 6 s float32 only; 23 s with a 16-bit
+// instance per D; 13 s with these). The fragment loops keep their constant
+// trip count and test 8·f < dd inside: an early `break` left clang unable
+// to unroll some of them fully (fragments indexed at run time spill). For
+// float32, dd is D and the tests fold away. Every simdgroup owns 8 rows; a
+// threadgroup has 1–4
 // simdgroups (the Go side uses fewer for short Tq or Tk, e.g. decoding).
 // Staged blocks are BK = 32 rows at D ≤ 32, else 16 (K + V tiles ≤ 17 KB,
 // at most ~23 KB of threadgroup memory per kernel at D = 128).
@@ -33,7 +60,7 @@
 //     the end O ← diag(1/l)·O, lse = m + log l. Causal: key blocks past the
 //     last row's limit are never staged, and a simdgroup skips a block its
 //     rows cannot see; per-element masks run only on blocks that need them.
-//   attention_bwd_delta_f32 (any D): delta = rowsum(dout ∘ out), one
+//   attention_bwd_delta_<dtype> (any D): delta = rowsum(dout ∘ out), one
 //     simdgroup per row, compensated (the D term of FlashAttention-2,
 //     hoisted out of the loops).
 //   attention_bwd_dq: grid as the forward. Each simdgroup keeps Q, dO and
@@ -49,15 +76,17 @@
 //     simdgroup in a fixed order: no atomics, deterministic.
 //
 // Reference path (any D, including D % 8 ≠ 0, D > 128 and D = 0): one
-// thread per row, plain loops (attention_naive_fwd_f32 and
-// attention_naive_dq_f32 per query row, attention_naive_dkv_f32 per key
-// row, accumulating into its own output rows).
+// thread per row, plain loops (attention_naive_fwd_<dtype> and
+// attention_naive_dq_<dtype> per query row, attention_naive_dkv_<dtype> per
+// key row, accumulating into its own output rows — float32 ones; the
+// 16-bit kernels accumulate in rows of a float32 scratch buffer and round
+// into their output rows at the end).
 //
 // Tile geometry is enumerators (AttnTile), never `constant` variables (a
 // program-scope `constant` is a memory object, not a compile-time
 // constant: fragment loops over it do not unroll and the fragments spill).
 //
-// Function constants (every kernel but attention_bwd_delta):
+// Function constants (every kernel but attention_bwd_delta_<dtype>):
 //   0 attn_causal (bool): causal masking (else full attention).
 #include <metal_stdlib>
 using namespace metal;
@@ -65,7 +94,7 @@ using namespace metal;
 enum : uint {
     ATTN_SG = 4,      // most simdgroups per threadgroup (8 rows each)
     ATTN_PAD = 4,     // row padding of the staged tiles (16 bytes)
-    ATTN_DELTA_SG = 8 // simdgroups (rows) per threadgroup of attention_bwd_delta_f32
+    ATTN_DELTA_SG = 8 // simdgroups (rows) per threadgroup of attention_bwd_delta_<dtype>
 };
 
 // The running maximum of a row that has seen no visible score yet.
@@ -102,54 +131,118 @@ static inline bool attn_visible(int i, int j, int shift, int tk) {
     return j < tk && (!attn_causal || j <= shift + i);
 }
 
-// attn_load_rows loads rows row0 … row0+7 of the 8 columns at x (rows ld
-// apart) into m; rows ≥ nrows read as 0 (through the simdgroup's 8×8
-// scratch).
-static inline void attn_load_rows(thread simdgroup_float8x8& m, const device float* x, ulong ld, uint row0,
-                                  uint nrows, threadgroup float* scr, uint lane) {
-    if (row0 + 8 <= nrows) {
-        simdgroup_load(m, x + ulong(row0) * ld, ld);
-        return;
+// ---- storage types -----------------------------------------------------------
+// attn_widen reads a stored value as float (exact); attn_narrow rounds a
+// float32 result once to the storage type: float → half by the hardware
+// conversion (to nearest even), float → bfloat to nearest even in integer
+// arithmetic (NaN stays NaN, quiet), as forge/half rounds.
+static inline float attn_widen(float x) { return x; }
+static inline float attn_widen(half x) { return float(x); }
+static inline float attn_widen(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T attn_narrow(float x);
+template <> inline float attn_narrow<float>(float x) { return x; }
+template <> inline half attn_narrow<half>(float x) { return half(x); }
+template <> inline bfloat attn_narrow<bfloat>(float x) {
+    const uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
     }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+// attn_load_rows_safe loads the 8 × 8 block at x (rows row0 … row0+7,
+// rows ld apart) into m, widened, through the simdgroup's 8×8 scratch:
+// rows ≥ nrows and columns ≥ ncols read as 0.
+template <typename T>
+static inline void attn_load_rows_safe(thread simdgroup_float8x8& m, const device T* x, ulong ld, uint row0,
+                                       uint nrows, uint ncols, threadgroup float* scr, uint lane) {
     for (uint e = lane; e < 64; e += 32) {
         const uint r = row0 + e / 8;
-        scr[e] = r < nrows ? x[ulong(r) * ld + e % 8] : 0.0f;
+        scr[e] = r < nrows && e % 8 < ncols ? attn_widen(x[ulong(r) * ld + e % 8]) : 0.0f;
     }
     simdgroup_barrier(mem_flags::mem_threadgroup);
     simdgroup_load(m, scr, 8);
     simdgroup_barrier(mem_flags::mem_threadgroup);
 }
 
-// attn_store_rows stores the rows of m below nrows to x (rows ld apart).
-static inline void attn_store_rows(thread simdgroup_float8x8& m, device float* x, ulong ld, uint row0, uint nrows,
-                                   threadgroup float* scr, uint lane) {
-    if (row0 + 8 <= nrows) {
-        simdgroup_store(m, x + ulong(row0) * ld, ld);
+// attn_load_rows loads the block as attn_load_rows_safe does: a whole float
+// block straight from memory, anything else through the scratch (16-bit
+// data always).
+static inline void attn_load_rows(thread simdgroup_float8x8& m, const device float* x, ulong ld, uint row0,
+                                  uint nrows, uint ncols, threadgroup float* scr, uint lane) {
+    if (row0 + 8 <= nrows && ncols >= 8) {
+        simdgroup_load(m, x + ulong(row0) * ld, ld);
         return;
     }
+    attn_load_rows_safe(m, x, ld, row0, nrows, ncols, scr, lane);
+}
+template <typename T>
+static inline void attn_load_rows(thread simdgroup_float8x8& m, const device T* x, ulong ld, uint row0, uint nrows,
+                                  uint ncols, threadgroup float* scr, uint lane) {
+    attn_load_rows_safe(m, x, ld, row0, nrows, ncols, scr, lane);
+}
+
+// attn_store_rows_safe stores the rows of m below nrows and its columns
+// below ncols to x (rows ld apart), each element rounded once to T,
+// through the scratch.
+template <typename T>
+static inline void attn_store_rows_safe(thread simdgroup_float8x8& m, device T* x, ulong ld, uint row0, uint nrows,
+                                        uint ncols, threadgroup float* scr, uint lane) {
     simdgroup_store(m, scr, 8);
     simdgroup_barrier(mem_flags::mem_threadgroup);
     for (uint e = lane; e < 64; e += 32) {
         const uint r = row0 + e / 8;
-        if (r < nrows) {
-            x[ulong(r) * ld + e % 8] = scr[e];
+        if (r < nrows && e % 8 < ncols) {
+            x[ulong(r) * ld + e % 8] = attn_narrow<T>(scr[e]);
         }
     }
     simdgroup_barrier(mem_flags::mem_threadgroup);
 }
 
-// attn_stage copies rows row0 … row0+BK−1 of a (rows ld apart, D wide) into
-// the threadgroup tile t (rows LDT apart), zero past nrows.
-template <uint D>
-static inline void attn_stage(threadgroup float* t, const device float* a, ulong ld, uint row0, uint nrows, uint tid,
-                              uint nthr) {
-    typedef AttnTile<D> T;
-    for (uint e = tid; e < T::BK * D; e += nthr) {
+// attn_store_rows stores as attn_store_rows_safe does: a whole float block
+// straight to memory, anything else through the scratch.
+static inline void attn_store_rows(thread simdgroup_float8x8& m, device float* x, ulong ld, uint row0, uint nrows,
+                                   uint ncols, threadgroup float* scr, uint lane) {
+    if (row0 + 8 <= nrows && ncols >= 8) {
+        simdgroup_store(m, x + ulong(row0) * ld, ld);
+        return;
+    }
+    attn_store_rows_safe(m, x, ld, row0, nrows, ncols, scr, lane);
+}
+template <typename T>
+static inline void attn_store_rows(thread simdgroup_float8x8& m, device T* x, ulong ld, uint row0, uint nrows,
+                                   uint ncols, threadgroup float* scr, uint lane) {
+    attn_store_rows_safe(m, x, ld, row0, nrows, ncols, scr, lane);
+}
+
+// attn_stage copies rows row0 … row0+BK−1 of a (rows ld apart, ncols ≤ D
+// wide) into the threadgroup tile t (rows LDT apart), widened to float,
+// zero past nrows and ncols.
+template <uint D, typename T>
+static inline void attn_stage(threadgroup float* t, const device T* a, ulong ld, uint row0, uint nrows, uint ncols,
+                              uint tid, uint nthr) {
+    typedef AttnTile<D> G;
+    for (uint e = tid; e < G::BK * D; e += nthr) {
         const uint r = e / D;
         const uint c = e % D;
         const uint g = row0 + r;
-        t[r * T::LDT + c] = g < nrows ? a[ulong(g) * ld + c] : 0.0f;
+        t[r * G::LDT + c] = g < nrows && c < ncols ? attn_widen(a[ulong(g) * ld + c]) : 0.0f;
     }
+}
+
+// attn_dim is a call's head dim for the fast-path instance D reading q: D
+// itself for float (the Go side runs the instance of the call's D), p.D
+// (≤ D) for 16-bit data, whose instances serve every head dim up to D:
+// fragments at columns ≥ p.D are never loaded, multiplied or stored, and
+// the staged tiles are zero there.
+template <uint D>
+static inline uint attn_dim(const device float* q, constant AttnParams& p) {
+    return D;
+}
+template <uint D, typename T>
+static inline uint attn_dim(const device T* q, constant AttnParams& p) {
+    return p.D;
 }
 
 // attn_pair_max / attn_pair_sum combine a value over the four lanes of a
@@ -164,12 +257,12 @@ static inline float attn_row_sum(float x, uint lane) {
     return x + simd_shuffle(x, ushort(lane ^ 2));
 }
 
-template <uint D>
-kernel void attention_fwd(device float* out [[buffer(0)]],
+template <uint D, typename T>
+kernel void attention_fwd(device T* out [[buffer(0)]],
                           device float* lse [[buffer(1)]],
-                          const device float* q [[buffer(2)]],
-                          const device float* k [[buffer(3)]],
-                          const device float* v [[buffer(4)]],
+                          const device T* q [[buffer(2)]],
+                          const device T* k [[buffer(3)]],
+                          const device T* v [[buffer(4)]],
                           constant AttnParams& p [[buffer(5)]],
                           uint3 tg [[threadgroup_position_in_grid]],
                           uint tid [[thread_index_in_threadgroup]],
@@ -177,10 +270,10 @@ kernel void attention_fwd(device float* out [[buffer(0)]],
                           uint lane [[thread_index_in_simdgroup]],
                           uint sg [[simdgroup_index_in_threadgroup]],
                           uint nsg [[simdgroups_per_threadgroup]]) {
-    typedef AttnTile<D> T;
-    threadgroup float ks[T::BK * T::LDT];
-    threadgroup float vs[T::BK * T::LDT];
-    threadgroup float scores[ATTN_SG * 8 * T::LDS];
+    typedef AttnTile<D> A;
+    threadgroup float ks[A::BK * A::LDT];
+    threadgroup float vs[A::BK * A::LDT];
+    threadgroup float scores[ATTN_SG * 8 * A::LDS];
     threadgroup float diags[ATTN_SG * 64];
     threadgroup float frags[ATTN_SG * 64];
 
@@ -191,23 +284,26 @@ kernel void attention_fwd(device float* out [[buffer(0)]],
     const uint r0 = i0 + sg * 8;      // this simdgroup's first query row
     const int tk = int(p.Tk);
     const int shift = tk - int(p.Tq); // query i sits at position shift + i
-    const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
-    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
-    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
-    threadgroup float* ss = scores + sg * 8 * T::LDS;
+    const device T* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+    const device T* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device T* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    threadgroup float* ss = scores + sg * 8 * A::LDS;
     threadgroup float* dg = diags + sg * 64;
     threadgroup float* fr = frags + sg * 64;
 
     const uint row = lane / 4; // the row this lane updates, and its columns row·… + sub + 4t
     const uint sub = lane % 4;
     const int qi = int(r0 + row);
+    const uint dd = attn_dim<D>(q, p); // the head dim: fragments f with 8·f < dd
 
-    simdgroup_float8x8 qf[T::DF];
-    simdgroup_float8x8 of[T::DF];
+    simdgroup_float8x8 qf[A::DF];
+    simdgroup_float8x8 of[A::DF];
 #pragma clang loop unroll(full)
-    for (uint f = 0; f < T::DF; f++) {
-        attn_load_rows(qf[f], qh + f * 8, p.q_st, r0, p.Tq, fr, lane);
-        of[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    for (uint f = 0; f < A::DF; f++) {
+        if (f * 8 < dd) { // within the call's head dim (always, for float data)
+            attn_load_rows(qf[f], qh + f * 8, p.q_st, r0, p.Tq, dd - f * 8, fr, lane);
+            of[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
     }
     for (uint e = lane; e < 64; e += 32) {
         dg[e] = 0.0f;
@@ -224,33 +320,35 @@ kernel void attention_fwd(device float* out [[buffer(0)]],
     const int sg_lim = attn_causal ? min(tk, shift + int(r0) + 8) : tk;
     const int sg_full = attn_causal ? min(tk, shift + int(r0) + 1) : tk;
 
-    for (int kb = 0; kb < kend; kb += int(T::BK)) {
-        attn_stage<D>(ks, kh, p.k_st, uint(kb), p.Tk, tid, nthr);
-        attn_stage<D>(vs, vh, p.v_st, uint(kb), p.Tk, tid, nthr);
+    for (int kb = 0; kb < kend; kb += int(A::BK)) {
+        attn_stage<D>(ks, kh, p.k_st, uint(kb), p.Tk, dd, tid, nthr);
+        attn_stage<D>(vs, vh, p.v_st, uint(kb), p.Tk, dd, tid, nthr);
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
         if (active && kb < sg_lim) {
             // S = Q·Kᵀ (8 × BK) into the scratch.
 #pragma clang loop unroll(full)
-            for (uint j = 0; j < T::BF; j++) {
+            for (uint j = 0; j < A::BF; j++) {
                 simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 #pragma clang loop unroll(full)
-                for (uint f = 0; f < T::DF; f++) {
-                    simdgroup_float8x8 kt;
-                    simdgroup_load(kt, ks + j * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
-                    simdgroup_multiply_accumulate(s, qf[f], kt, s);
+                for (uint f = 0; f < A::DF; f++) {
+                    if (f * 8 < dd) {
+                        simdgroup_float8x8 kt;
+                        simdgroup_load(kt, ks + j * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
+                        simdgroup_multiply_accumulate(s, qf[f], kt, s);
+                    }
                 }
-                simdgroup_store(s, ss + j * 8, T::LDS);
+                simdgroup_store(s, ss + j * 8, A::LDS);
             }
             simdgroup_barrier(mem_flags::mem_threadgroup);
 
             // Online softmax: four lanes per row.
-            const bool full = kb + int(T::BK) <= sg_full;
-            threadgroup float* sr = ss + row * T::LDS;
-            float x[T::BL];
+            const bool full = kb + int(A::BK) <= sg_full;
+            threadgroup float* sr = ss + row * A::LDS;
+            float x[A::BL];
             float bm = ATTN_NEG;
 #pragma clang loop unroll(full)
-            for (uint t = 0; t < T::BL; t++) {
+            for (uint t = 0; t < A::BL; t++) {
                 const uint c = sub + 4 * t;
                 x[t] = sr[c] * p.scale;
                 if (full || attn_visible(qi, kb + int(c), shift, tk)) {
@@ -262,7 +360,7 @@ kernel void attention_fwd(device float* out [[buffer(0)]],
             const float corr = exp2((m - mn) * M_LOG2E_F);
             float rs = 0.0f;
 #pragma clang loop unroll(full)
-            for (uint t = 0; t < T::BL; t++) {
+            for (uint t = 0; t < A::BL; t++) {
                 const uint c = sub + 4 * t;
                 float e = 0.0f;
                 if (full || attn_visible(qi, kb + int(c), shift, tk)) {
@@ -285,19 +383,23 @@ kernel void attention_fwd(device float* out [[buffer(0)]],
                 simdgroup_float8x8 dm;
                 simdgroup_load(dm, dg, 8);
 #pragma clang loop unroll(full)
-                for (uint f = 0; f < T::DF; f++) {
-                    simdgroup_multiply(of[f], dm, of[f]);
+                for (uint f = 0; f < A::DF; f++) {
+                    if (f * 8 < dd) {
+                        simdgroup_multiply(of[f], dm, of[f]);
+                    }
                 }
             }
 #pragma clang loop unroll(full)
-            for (uint j = 0; j < T::BF; j++) {
+            for (uint j = 0; j < A::BF; j++) {
                 simdgroup_float8x8 pf;
-                simdgroup_load(pf, ss + j * 8, T::LDS);
+                simdgroup_load(pf, ss + j * 8, A::LDS);
 #pragma clang loop unroll(full)
-                for (uint f = 0; f < T::DF; f++) {
-                    simdgroup_float8x8 vf;
-                    simdgroup_load(vf, vs + j * 8 * T::LDT + f * 8, T::LDT);
-                    simdgroup_multiply_accumulate(of[f], pf, vf, of[f]);
+                for (uint f = 0; f < A::DF; f++) {
+                    if (f * 8 < dd) {
+                        simdgroup_float8x8 vf;
+                        simdgroup_load(vf, vs + j * 8 * A::LDT + f * 8, A::LDT);
+                        simdgroup_multiply_accumulate(of[f], pf, vf, of[f]);
+                    }
                 }
             }
         }
@@ -316,11 +418,13 @@ kernel void attention_fwd(device float* out [[buffer(0)]],
     if (active) {
         simdgroup_float8x8 dm;
         simdgroup_load(dm, dg, 8);
-        device float* oh = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh;
+        device T* oh = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh;
 #pragma clang loop unroll(full)
-        for (uint f = 0; f < T::DF; f++) {
-            simdgroup_multiply(of[f], dm, of[f]);
-            attn_store_rows(of[f], oh + f * 8, p.o_st, r0, p.Tq, fr, lane);
+        for (uint f = 0; f < A::DF; f++) {
+            if (f * 8 < dd) {
+                simdgroup_multiply(of[f], dm, of[f]);
+                attn_store_rows(of[f], oh + f * 8, p.o_st, r0, p.Tq, dd - f * 8, fr, lane);
+            }
         }
     }
 }
@@ -339,15 +443,16 @@ static inline void attn_two_sum(thread float& hi, thread float& lo, float x) {
     hi = s;
 }
 
-kernel void attention_bwd_delta_f32(device float* delta [[buffer(0)]],
-                                    const device float* out [[buffer(1)]],
-                                    const device float* dout [[buffer(2)]],
-                                    constant AttnParams& p [[buffer(3)]],
-                                    uint3 tgpos [[threadgroup_position_in_grid]],
-                                    uint3 ntg [[threadgroups_per_grid]],
-                                    uint lane [[thread_index_in_simdgroup]],
-                                    uint sg [[simdgroup_index_in_threadgroup]],
-                                    uint nsg [[simdgroups_per_threadgroup]]) {
+template <typename T>
+kernel void attention_bwd_delta(device float* delta [[buffer(0)]],
+                                const device T* out [[buffer(1)]],
+                                const device T* dout [[buffer(2)]],
+                                constant AttnParams& p [[buffer(3)]],
+                                uint3 tgpos [[threadgroup_position_in_grid]],
+                                uint3 ntg [[threadgroups_per_grid]],
+                                uint lane [[thread_index_in_simdgroup]],
+                                uint sg [[simdgroup_index_in_threadgroup]],
+                                uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float parts[ATTN_DELTA_SG * 64];
 
     const ulong n = (ulong(tgpos.y) * ntg.x + tgpos.x) * nsg + sg;
@@ -358,13 +463,15 @@ kernel void attention_bwd_delta_f32(device float* delta [[buffer(0)]],
     const uint bh = uint(n / p.Tq);
     const uint h = bh % p.H;
     const uint b = bh / p.H;
-    const device float* o = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh + ulong(i) * p.o_st;
-    const device float* g = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh + ulong(i) * p.g_st;
+    const device T* o = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh + ulong(i) * p.o_st;
+    const device T* g = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh + ulong(i) * p.g_st;
     float hi = 0.0f;
     float lo = 0.0f;
     for (uint d = lane; d < p.D; d += 32) {
-        const float x = o[d] * g[d];
-        lo += fma(o[d], g[d], -x); // the product's rounding error, exactly
+        const float od = attn_widen(o[d]);
+        const float gd = attn_widen(g[d]);
+        const float x = od * gd;
+        lo += fma(od, gd, -x); // the product's rounding error, exactly
         attn_two_sum(hi, lo, x);
     }
     threadgroup float* pr = parts + sg * 64;
@@ -382,12 +489,12 @@ kernel void attention_bwd_delta_f32(device float* delta [[buffer(0)]],
     }
 }
 
-template <uint D>
-kernel void attention_bwd_dq(device float* dq [[buffer(0)]],
-                             const device float* q [[buffer(1)]],
-                             const device float* k [[buffer(2)]],
-                             const device float* v [[buffer(3)]],
-                             const device float* dout [[buffer(4)]],
+template <uint D, typename T>
+kernel void attention_bwd_dq(device T* dq [[buffer(0)]],
+                             const device T* q [[buffer(1)]],
+                             const device T* k [[buffer(2)]],
+                             const device T* v [[buffer(3)]],
+                             const device T* dout [[buffer(4)]],
                              const device float* lse [[buffer(5)]],
                              const device float* delta [[buffer(6)]],
                              constant AttnParams& p [[buffer(7)]],
@@ -397,11 +504,11 @@ kernel void attention_bwd_dq(device float* dq [[buffer(0)]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]],
                              uint nsg [[simdgroups_per_threadgroup]]) {
-    typedef AttnTile<D> T;
-    threadgroup float ks[T::BK * T::LDT];
-    threadgroup float vs[T::BK * T::LDT];
-    threadgroup float scores[ATTN_SG * 8 * T::LDS];
-    threadgroup float dscores[ATTN_SG * 8 * T::LDS];
+    typedef AttnTile<D> A;
+    threadgroup float ks[A::BK * A::LDT];
+    threadgroup float vs[A::BK * A::LDT];
+    threadgroup float scores[ATTN_SG * 8 * A::LDS];
+    threadgroup float dscores[ATTN_SG * 8 * A::LDS];
     threadgroup float frags[ATTN_SG * 64];
 
     const uint b = tg.z;
@@ -412,29 +519,32 @@ kernel void attention_bwd_dq(device float* dq [[buffer(0)]],
     const int tk = int(p.Tk);
     const int shift = tk - int(p.Tq);
     const ulong bh = ulong(b) * p.H + h;
-    const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
-    const device float* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
-    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
-    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
-    threadgroup float* ss = scores + sg * 8 * T::LDS;
-    threadgroup float* ds = dscores + sg * 8 * T::LDS;
+    const device T* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+    const device T* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
+    const device T* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device T* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    threadgroup float* ss = scores + sg * 8 * A::LDS;
+    threadgroup float* ds = dscores + sg * 8 * A::LDS;
     threadgroup float* fr = frags + sg * 64;
 
     const uint row = lane / 4;
     const uint sub = lane % 4;
     const int qi = int(r0 + row);
+    const uint dd = attn_dim<D>(q, p);
     const bool real = uint(qi) < p.Tq;
     const float lrow = real ? lse[bh * p.Tq + uint(qi)] : 0.0f;
     const float drow = real ? delta[bh * p.Tq + uint(qi)] : 0.0f;
 
-    simdgroup_float8x8 qf[T::DF];
-    simdgroup_float8x8 gf[T::DF];
-    simdgroup_float8x8 acc[T::DF];
+    simdgroup_float8x8 qf[A::DF];
+    simdgroup_float8x8 gf[A::DF];
+    simdgroup_float8x8 acc[A::DF];
 #pragma clang loop unroll(full)
-    for (uint f = 0; f < T::DF; f++) {
-        attn_load_rows(qf[f], qh + f * 8, p.q_st, r0, p.Tq, fr, lane);
-        attn_load_rows(gf[f], gh + f * 8, p.g_st, r0, p.Tq, fr, lane);
-        acc[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    for (uint f = 0; f < A::DF; f++) {
+        if (f * 8 < dd) {
+            attn_load_rows(qf[f], qh + f * 8, p.q_st, r0, p.Tq, dd - f * 8, fr, lane);
+            attn_load_rows(gf[f], gh + f * 8, p.g_st, r0, p.Tq, dd - f * 8, fr, lane);
+            acc[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
     }
 
     const int last = int(min(i0 + nsg * 8, p.Tq));
@@ -443,37 +553,39 @@ kernel void attention_bwd_dq(device float* dq [[buffer(0)]],
     const int sg_lim = attn_causal ? min(tk, shift + int(r0) + 8) : tk;
     const int sg_full = attn_causal ? min(tk, shift + int(r0) + 1) : tk;
 
-    for (int kb = 0; kb < kend; kb += int(T::BK)) {
-        attn_stage<D>(ks, kh, p.k_st, uint(kb), p.Tk, tid, nthr);
-        attn_stage<D>(vs, vh, p.v_st, uint(kb), p.Tk, tid, nthr);
+    for (int kb = 0; kb < kend; kb += int(A::BK)) {
+        attn_stage<D>(ks, kh, p.k_st, uint(kb), p.Tk, dd, tid, nthr);
+        attn_stage<D>(vs, vh, p.v_st, uint(kb), p.Tk, dd, tid, nthr);
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
         if (active && kb < sg_lim) {
             // S = Q·Kᵀ and dP = dO·Vᵀ (8 × BK each) into the scratches.
 #pragma clang loop unroll(full)
-            for (uint j = 0; j < T::BF; j++) {
+            for (uint j = 0; j < A::BF; j++) {
                 simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
                 simdgroup_float8x8 dp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 #pragma clang loop unroll(full)
-                for (uint f = 0; f < T::DF; f++) {
-                    simdgroup_float8x8 kt;
-                    simdgroup_float8x8 vt;
-                    simdgroup_load(kt, ks + j * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
-                    simdgroup_load(vt, vs + j * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
-                    simdgroup_multiply_accumulate(s, qf[f], kt, s);
-                    simdgroup_multiply_accumulate(dp, gf[f], vt, dp);
+                for (uint f = 0; f < A::DF; f++) {
+                    if (f * 8 < dd) {
+                        simdgroup_float8x8 kt;
+                        simdgroup_float8x8 vt;
+                        simdgroup_load(kt, ks + j * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
+                        simdgroup_load(vt, vs + j * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
+                        simdgroup_multiply_accumulate(s, qf[f], kt, s);
+                        simdgroup_multiply_accumulate(dp, gf[f], vt, dp);
+                    }
                 }
-                simdgroup_store(s, ss + j * 8, T::LDS);
-                simdgroup_store(dp, ds + j * 8, T::LDS);
+                simdgroup_store(s, ss + j * 8, A::LDS);
+                simdgroup_store(dp, ds + j * 8, A::LDS);
             }
             simdgroup_barrier(mem_flags::mem_threadgroup);
 
             // dS = P ∘ (dP − delta), P = exp(s·scale − lse); 0 where masked.
-            const bool full = kb + int(T::BK) <= sg_full;
-            threadgroup float* sr = ss + row * T::LDS;
-            threadgroup float* dr = ds + row * T::LDS;
+            const bool full = kb + int(A::BK) <= sg_full;
+            threadgroup float* sr = ss + row * A::LDS;
+            threadgroup float* dr = ds + row * A::LDS;
 #pragma clang loop unroll(full)
-            for (uint t = 0; t < T::BL; t++) {
+            for (uint t = 0; t < A::BL; t++) {
                 const uint c = sub + 4 * t;
                 float g = 0.0f;
                 if (full || attn_visible(qi, kb + int(c), shift, tk)) {
@@ -486,14 +598,16 @@ kernel void attention_bwd_dq(device float* dq [[buffer(0)]],
 
             // dQ += dS·K.
 #pragma clang loop unroll(full)
-            for (uint j = 0; j < T::BF; j++) {
+            for (uint j = 0; j < A::BF; j++) {
                 simdgroup_float8x8 sf;
-                simdgroup_load(sf, ds + j * 8, T::LDS);
+                simdgroup_load(sf, ds + j * 8, A::LDS);
 #pragma clang loop unroll(full)
-                for (uint f = 0; f < T::DF; f++) {
-                    simdgroup_float8x8 kf;
-                    simdgroup_load(kf, ks + j * 8 * T::LDT + f * 8, T::LDT);
-                    simdgroup_multiply_accumulate(acc[f], sf, kf, acc[f]);
+                for (uint f = 0; f < A::DF; f++) {
+                    if (f * 8 < dd) {
+                        simdgroup_float8x8 kf;
+                        simdgroup_load(kf, ks + j * 8 * A::LDT + f * 8, A::LDT);
+                        simdgroup_multiply_accumulate(acc[f], sf, kf, acc[f]);
+                    }
                 }
             }
         }
@@ -502,22 +616,24 @@ kernel void attention_bwd_dq(device float* dq [[buffer(0)]],
 
     if (active) {
         const simdgroup_float8x8 sc(p.scale);
-        device float* dqh = dq + bh * p.Tq * D;
+        device T* dqh = dq + bh * p.Tq * dd;
 #pragma clang loop unroll(full)
-        for (uint f = 0; f < T::DF; f++) {
-            simdgroup_multiply(acc[f], sc, acc[f]);
-            attn_store_rows(acc[f], dqh + f * 8, D, r0, p.Tq, fr, lane);
+        for (uint f = 0; f < A::DF; f++) {
+            if (f * 8 < dd) {
+                simdgroup_multiply(acc[f], sc, acc[f]);
+                attn_store_rows(acc[f], dqh + f * 8, dd, r0, p.Tq, dd - f * 8, fr, lane);
+            }
         }
     }
 }
 
-template <uint D>
-kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
-                              device float* dv [[buffer(1)]],
-                              const device float* q [[buffer(2)]],
-                              const device float* k [[buffer(3)]],
-                              const device float* v [[buffer(4)]],
-                              const device float* dout [[buffer(5)]],
+template <uint D, typename T>
+kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
+                              device T* dv [[buffer(1)]],
+                              const device T* q [[buffer(2)]],
+                              const device T* k [[buffer(3)]],
+                              const device T* v [[buffer(4)]],
+                              const device T* dout [[buffer(5)]],
                               const device float* lse [[buffer(6)]],
                               const device float* delta [[buffer(7)]],
                               constant AttnParams& p [[buffer(8)]],
@@ -527,13 +643,13 @@ kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
                               uint lane [[thread_index_in_simdgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]],
                               uint nsg [[simdgroups_per_threadgroup]]) {
-    typedef AttnTile<D> T;
-    threadgroup float qs[T::BK * T::LDT];
-    threadgroup float gs[T::BK * T::LDT];
-    threadgroup float lses[T::BK];
-    threadgroup float deltas[T::BK];
-    threadgroup float scores[ATTN_SG * 8 * T::LDS];
-    threadgroup float dscores[ATTN_SG * 8 * T::LDS];
+    typedef AttnTile<D> A;
+    threadgroup float qs[A::BK * A::LDT];
+    threadgroup float gs[A::BK * A::LDT];
+    threadgroup float lses[A::BK];
+    threadgroup float deltas[A::BK];
+    threadgroup float scores[ATTN_SG * 8 * A::LDS];
+    threadgroup float dscores[ATTN_SG * 8 * A::LDS];
     threadgroup float frags[ATTN_SG * 64];
 
     const uint b = tg.z;
@@ -543,26 +659,29 @@ kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
     const int tq = int(p.Tq);
     const int tk = int(p.Tk);
     const int shift = tk - tq;
-    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
-    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
-    threadgroup float* ss = scores + sg * 8 * T::LDS;
-    threadgroup float* ds = dscores + sg * 8 * T::LDS;
+    const device T* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device T* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    threadgroup float* ss = scores + sg * 8 * A::LDS;
+    threadgroup float* ds = dscores + sg * 8 * A::LDS;
     threadgroup float* fr = frags + sg * 64;
 
     const uint row = lane / 4; // key row c0 + row; columns are query rows
     const uint sub = lane % 4;
     const int kj = int(c0 + row);
+    const uint dd = attn_dim<D>(q, p);
 
-    simdgroup_float8x8 kf[T::DF];
-    simdgroup_float8x8 vf[T::DF];
-    simdgroup_float8x8 dkf[T::DF];
-    simdgroup_float8x8 dvf[T::DF];
+    simdgroup_float8x8 kf[A::DF];
+    simdgroup_float8x8 vf[A::DF];
+    simdgroup_float8x8 dkf[A::DF];
+    simdgroup_float8x8 dvf[A::DF];
 #pragma clang loop unroll(full)
-    for (uint f = 0; f < T::DF; f++) {
-        attn_load_rows(kf[f], kh + f * 8, p.k_st, c0, p.Tk, fr, lane);
-        attn_load_rows(vf[f], vh + f * 8, p.v_st, c0, p.Tk, fr, lane);
-        dkf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-        dvf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    for (uint f = 0; f < A::DF; f++) {
+        if (f * 8 < dd) {
+            attn_load_rows(kf[f], kh + f * 8, p.k_st, c0, p.Tk, dd - f * 8, fr, lane);
+            attn_load_rows(vf[f], vh + f * 8, p.v_st, c0, p.Tk, dd - f * 8, fr, lane);
+            dkf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            dvf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
     }
 
     const bool active = c0 < p.Tk;
@@ -570,7 +689,7 @@ kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
     // threadgroup's first key's row see none of its keys; the simdgroup's
     // keys are all seen by queries from c0 + 7 − shift on.
     int qstart = attn_causal ? max(0, int(j0) - shift) : 0;
-    qstart -= qstart % int(T::BK);
+    qstart -= qstart % int(A::BK);
     const int sg_first = attn_causal ? int(c0) - shift : 0;     // first query that sees key c0
     const int sg_all = attn_causal ? int(c0) + 7 - shift : 0;   // first query that sees all 8 keys
     const bool keys_in = c0 + 8 <= p.Tk;
@@ -578,44 +697,46 @@ kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
     for (uint hh = 0; hh < p.G; hh++) {
         const uint h = kvh * p.G + hh;
         const ulong bh = ulong(b) * p.H + h;
-        const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
-        const device float* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
-        for (int ib = qstart; ib < tq; ib += int(T::BK)) {
-            attn_stage<D>(qs, qh, p.q_st, uint(ib), p.Tq, tid, nthr);
-            attn_stage<D>(gs, gh, p.g_st, uint(ib), p.Tq, tid, nthr);
-            for (uint e = tid; e < T::BK; e += nthr) {
+        const device T* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+        const device T* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
+        for (int ib = qstart; ib < tq; ib += int(A::BK)) {
+            attn_stage<D>(qs, qh, p.q_st, uint(ib), p.Tq, dd, tid, nthr);
+            attn_stage<D>(gs, gh, p.g_st, uint(ib), p.Tq, dd, tid, nthr);
+            for (uint e = tid; e < A::BK; e += nthr) {
                 const int i = ib + int(e);
                 lses[e] = i < tq ? lse[bh * p.Tq + uint(i)] : 0.0f;
                 deltas[e] = i < tq ? delta[bh * p.Tq + uint(i)] : 0.0f;
             }
             threadgroup_barrier(mem_flags::mem_threadgroup);
 
-            if (active && ib + int(T::BK) > sg_first) {
+            if (active && ib + int(A::BK) > sg_first) {
                 // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (8 keys × BK queries).
 #pragma clang loop unroll(full)
-                for (uint t = 0; t < T::BF; t++) {
+                for (uint t = 0; t < A::BF; t++) {
                     simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
                     simdgroup_float8x8 dp = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 #pragma clang loop unroll(full)
-                    for (uint f = 0; f < T::DF; f++) {
-                        simdgroup_float8x8 qt;
-                        simdgroup_float8x8 gt;
-                        simdgroup_load(qt, qs + t * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
-                        simdgroup_load(gt, gs + t * 8 * T::LDT + f * 8, T::LDT, ulong2(0, 0), true);
-                        simdgroup_multiply_accumulate(s, kf[f], qt, s);
-                        simdgroup_multiply_accumulate(dp, vf[f], gt, dp);
+                    for (uint f = 0; f < A::DF; f++) {
+                        if (f * 8 < dd) {
+                            simdgroup_float8x8 qt;
+                            simdgroup_float8x8 gt;
+                            simdgroup_load(qt, qs + t * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
+                            simdgroup_load(gt, gs + t * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
+                            simdgroup_multiply_accumulate(s, kf[f], qt, s);
+                            simdgroup_multiply_accumulate(dp, vf[f], gt, dp);
+                        }
                     }
-                    simdgroup_store(s, ss + t * 8, T::LDS);
-                    simdgroup_store(dp, ds + t * 8, T::LDS);
+                    simdgroup_store(s, ss + t * 8, A::LDS);
+                    simdgroup_store(dp, ds + t * 8, A::LDS);
                 }
                 simdgroup_barrier(mem_flags::mem_threadgroup);
 
                 // Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − delta); 0 where masked.
-                const bool full = keys_in && ib + int(T::BK) <= tq && ib >= sg_all;
-                threadgroup float* sr = ss + row * T::LDS;
-                threadgroup float* dr = ds + row * T::LDS;
+                const bool full = keys_in && ib + int(A::BK) <= tq && ib >= sg_all;
+                threadgroup float* sr = ss + row * A::LDS;
+                threadgroup float* dr = ds + row * A::LDS;
 #pragma clang loop unroll(full)
-                for (uint t = 0; t < T::BL; t++) {
+                for (uint t = 0; t < A::BL; t++) {
                     const uint c = sub + 4 * t;
                     const int i = ib + int(c);
                     float pr = 0.0f;
@@ -631,19 +752,21 @@ kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
 
                 // dV += Pᵀ·dO, dK += dSᵀ·Q.
 #pragma clang loop unroll(full)
-                for (uint t = 0; t < T::BF; t++) {
+                for (uint t = 0; t < A::BF; t++) {
                     simdgroup_float8x8 pf;
                     simdgroup_float8x8 sf;
-                    simdgroup_load(pf, ss + t * 8, T::LDS);
-                    simdgroup_load(sf, ds + t * 8, T::LDS);
+                    simdgroup_load(pf, ss + t * 8, A::LDS);
+                    simdgroup_load(sf, ds + t * 8, A::LDS);
 #pragma clang loop unroll(full)
-                    for (uint f = 0; f < T::DF; f++) {
-                        simdgroup_float8x8 gf;
-                        simdgroup_float8x8 qf;
-                        simdgroup_load(gf, gs + t * 8 * T::LDT + f * 8, T::LDT);
-                        simdgroup_load(qf, qs + t * 8 * T::LDT + f * 8, T::LDT);
-                        simdgroup_multiply_accumulate(dvf[f], pf, gf, dvf[f]);
-                        simdgroup_multiply_accumulate(dkf[f], sf, qf, dkf[f]);
+                    for (uint f = 0; f < A::DF; f++) {
+                        if (f * 8 < dd) {
+                            simdgroup_float8x8 gf;
+                            simdgroup_float8x8 qf;
+                            simdgroup_load(gf, gs + t * 8 * A::LDT + f * 8, A::LDT);
+                            simdgroup_load(qf, qs + t * 8 * A::LDT + f * 8, A::LDT);
+                            simdgroup_multiply_accumulate(dvf[f], pf, gf, dvf[f]);
+                            simdgroup_multiply_accumulate(dkf[f], sf, qf, dkf[f]);
+                        }
                     }
                 }
             }
@@ -653,31 +776,191 @@ kernel void attention_bwd_dkv(device float* dk [[buffer(0)]],
 
     if (active) {
         const simdgroup_float8x8 sc(p.scale);
-        const ulong base = (ulong(b) * p.Hkv + kvh) * p.Tk * D;
+        const ulong base = (ulong(b) * p.Hkv + kvh) * p.Tk * dd;
 #pragma clang loop unroll(full)
-        for (uint f = 0; f < T::DF; f++) {
-            simdgroup_multiply(dkf[f], sc, dkf[f]);
-            attn_store_rows(dkf[f], dk + base + f * 8, D, c0, p.Tk, fr, lane);
-            attn_store_rows(dvf[f], dv + base + f * 8, D, c0, p.Tk, fr, lane);
+        for (uint f = 0; f < A::DF; f++) {
+            if (f * 8 < dd) {
+                simdgroup_multiply(dkf[f], sc, dkf[f]);
+                attn_store_rows(dkf[f], dk + base + f * 8, dd, c0, p.Tk, dd - f * 8, fr, lane);
+                attn_store_rows(dvf[f], dv + base + f * 8, dd, c0, p.Tk, dd - f * 8, fr, lane);
+            }
         }
     }
 }
 
 // ---- reference path: one thread per row, any D ------------------------------
+//
+// The float32 kernels accumulate straight into their output rows. The
+// 16-bit ones (attention_naive_<part>_f16 / _bf16) take a float32 scratch
+// buffer after the parameter block with one row of D floats per output row
+// (out and dq: row n at n·D; dk: row n at n·D and dv: row n at
+// (B·Hkv·Tk + n)·D), accumulate there in the same order, and round each
+// element once into the output row at the end.
 
 // attn_dot returns Σ_d a[d]·b[d] over n elements.
-static inline float attn_dot(const device float* a, const device float* b, uint n) {
+template <typename T>
+static inline float attn_dot(const device T* a, const device T* b, uint n) {
     float s = 0.0f;
     for (uint d = 0; d < n; d++) {
-        s = fma(a[d], b[d], s);
+        s = fma(attn_widen(a[d]), attn_widen(b[d]), s);
     }
     return s;
+}
+
+// attn_acc_row is the float row a reference thread accumulates output row o
+// (D floats, its row n) in: o itself for a float output, else row n of the
+// scratch.
+static inline device float* attn_acc_row(device float* o, device float* scratch, ulong n, uint d) {
+    return o;
+}
+template <typename T>
+static inline device float* attn_acc_row(device T* o, device float* scratch, ulong n, uint d) {
+    return scratch + n * d;
+}
+
+// attn_acc_out rounds the accumulated row a (n floats) into the output row o
+// (nothing to do for a float output: a is o).
+static inline void attn_acc_out(device float* o, const device float* a, uint n) {}
+template <typename T>
+static inline void attn_acc_out(device T* o, const device float* a, uint n) {
+    for (uint d = 0; d < n; d++) {
+        o[d] = attn_narrow<T>(a[d]);
+    }
 }
 
 // attn_row_index is the row a reference thread handles (rows numbered
 // x-fastest over a 2-D grid of threadgroups).
 static inline ulong attn_row_index(uint3 tgpos, uint3 ntg, uint tid, uint tsize) {
     return (ulong(tgpos.y) * ntg.x + tgpos.x) * tsize + tid;
+}
+
+// attn_naive_fwd_row computes query row n = (b·H + h)·Tq + i.
+template <typename T>
+static inline void attn_naive_fwd_row(ulong n, device T* out, device float* lse, const device T* q, const device T* k,
+                                      const device T* v, constant AttnParams& p, device float* scratch) {
+    const uint i = uint(n % p.Tq);
+    const uint bh = uint(n / p.Tq);
+    const uint h = bh % p.H;
+    const uint b = bh / p.H;
+    const uint kvh = h / p.G;
+    const device T* qr = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh + ulong(i) * p.q_st;
+    const device T* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device T* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    device T* orow = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh + ulong(i) * p.o_st;
+    device float* acc = attn_acc_row(orow, scratch, n, p.D);
+    const int lim = attn_causal ? min(int(p.Tk), int(p.Tk) - int(p.Tq) + int(i) + 1) : int(p.Tk);
+    const uint nk = uint(max(lim, 0));
+
+    float m = ATTN_NEG;
+    float l = 0.0f;
+    for (uint j = 0; j < nk; j++) {
+        const float s = attn_dot(qr, kh + ulong(j) * p.k_st, p.D) * p.scale;
+        const float mn = max(m, s);
+        l = l * exp(m - mn) + exp(s - mn);
+        m = mn;
+    }
+    for (uint d = 0; d < p.D; d++) {
+        acc[d] = 0.0f;
+    }
+    if (nk == 0) {
+        attn_acc_out(orow, acc, p.D);
+        lse[n] = -FLT_MAX;
+        return;
+    }
+    const float inv = 1.0f / l;
+    for (uint j = 0; j < nk; j++) {
+        const float s = attn_dot(qr, kh + ulong(j) * p.k_st, p.D) * p.scale;
+        const float pr = exp(s - m) * inv;
+        const device T* vr = vh + ulong(j) * p.v_st;
+        for (uint d = 0; d < p.D; d++) {
+            acc[d] = fma(pr, attn_widen(vr[d]), acc[d]);
+        }
+    }
+    attn_acc_out(orow, acc, p.D);
+    lse[n] = m + log(l);
+}
+
+// attn_naive_dq_row computes dq's row n = (b·H + h)·Tq + i.
+template <typename T>
+static inline void attn_naive_dq_row(ulong n, device T* dq, const device T* q, const device T* k, const device T* v,
+                                     const device T* dout, const device float* lse, const device float* delta,
+                                     constant AttnParams& p, device float* scratch) {
+    const uint i = uint(n % p.Tq);
+    const uint bh = uint(n / p.Tq);
+    const uint h = bh % p.H;
+    const uint b = bh / p.H;
+    const uint kvh = h / p.G;
+    const device T* qr = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh + ulong(i) * p.q_st;
+    const device T* gr = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh + ulong(i) * p.g_st;
+    const device T* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
+    const device T* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
+    device T* dqr = dq + n * p.D;
+    device float* dr = attn_acc_row(dqr, scratch, n, p.D);
+    const int lim = attn_causal ? min(int(p.Tk), int(p.Tk) - int(p.Tq) + int(i) + 1) : int(p.Tk);
+    const uint nk = uint(max(lim, 0));
+    const float lr = lse[n];
+    const float dl = delta[n];
+
+    for (uint d = 0; d < p.D; d++) {
+        dr[d] = 0.0f;
+    }
+    for (uint j = 0; j < nk; j++) {
+        const device T* kr = kh + ulong(j) * p.k_st;
+        const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lr);
+        const float g = pr * (attn_dot(gr, vh + ulong(j) * p.v_st, p.D) - dl);
+        for (uint d = 0; d < p.D; d++) {
+            dr[d] = fma(g, attn_widen(kr[d]), dr[d]);
+        }
+    }
+    for (uint d = 0; d < p.D; d++) {
+        dr[d] *= p.scale;
+    }
+    attn_acc_out(dqr, dr, p.D);
+}
+
+// attn_naive_dkv_row computes the rows n = (b·Hkv + kvh)·Tk + j of dk and dv.
+template <typename T>
+static inline void attn_naive_dkv_row(ulong n, device T* dk, device T* dv, const device T* q, const device T* k,
+                                      const device T* v, const device T* dout, const device float* lse,
+                                      const device float* delta, constant AttnParams& p, device float* scratch) {
+    const uint j = uint(n % p.Tk);
+    const uint bk = uint(n / p.Tk);
+    const uint kvh = bk % p.Hkv;
+    const uint b = bk / p.Hkv;
+    const device T* kr = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh + ulong(j) * p.k_st;
+    const device T* vr = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh + ulong(j) * p.v_st;
+    device T* dko = dk + n * p.D;
+    device T* dvo = dv + n * p.D;
+    device float* dkr = attn_acc_row(dko, scratch, n, p.D);
+    device float* dvr = attn_acc_row(dvo, scratch + ulong(p.B) * p.Hkv * p.Tk * p.D, n, p.D);
+    // Causal: query i sees key j iff i ≥ j − (Tk − Tq).
+    const uint first = attn_causal ? uint(max(int(j) - (int(p.Tk) - int(p.Tq)), 0)) : 0u;
+
+    for (uint d = 0; d < p.D; d++) {
+        dkr[d] = 0.0f;
+        dvr[d] = 0.0f;
+    }
+    for (uint hh = 0; hh < p.G; hh++) {
+        const uint h = kvh * p.G + hh;
+        const ulong bh = ulong(b) * p.H + h;
+        const device T* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
+        const device T* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
+        for (uint i = first; i < p.Tq; i++) {
+            const device T* qr = qh + ulong(i) * p.q_st;
+            const device T* gr = gh + ulong(i) * p.g_st;
+            const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lse[bh * p.Tq + i]);
+            const float g = pr * (attn_dot(gr, vr, p.D) - delta[bh * p.Tq + i]);
+            for (uint d = 0; d < p.D; d++) {
+                dvr[d] = fma(pr, attn_widen(gr[d]), dvr[d]);
+                dkr[d] = fma(g, attn_widen(qr[d]), dkr[d]);
+            }
+        }
+    }
+    for (uint d = 0; d < p.D; d++) {
+        dkr[d] *= p.scale;
+    }
+    attn_acc_out(dko, dkr, p.D);
+    attn_acc_out(dvo, dvr, p.D);
 }
 
 kernel void attention_naive_fwd_f32(device float* out [[buffer(0)]],
@@ -691,46 +974,9 @@ kernel void attention_naive_fwd_f32(device float* out [[buffer(0)]],
                                     uint tid [[thread_index_in_threadgroup]],
                                     uint tsize [[threads_per_threadgroup]]) {
     const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
-    if (n >= ulong(p.B) * p.H * p.Tq) {
-        return;
+    if (n < ulong(p.B) * p.H * p.Tq) {
+        attn_naive_fwd_row(n, out, lse, q, k, v, p, out);
     }
-    const uint i = uint(n % p.Tq);
-    const uint bh = uint(n / p.Tq);
-    const uint h = bh % p.H;
-    const uint b = bh / p.H;
-    const uint kvh = h / p.G;
-    const device float* qr = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh + ulong(i) * p.q_st;
-    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
-    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
-    device float* orow = out + ulong(b) * p.o_sb + ulong(h) * p.o_sh + ulong(i) * p.o_st;
-    const int lim = attn_causal ? min(int(p.Tk), int(p.Tk) - int(p.Tq) + int(i) + 1) : int(p.Tk);
-    const uint nk = uint(max(lim, 0));
-
-    float m = ATTN_NEG;
-    float l = 0.0f;
-    for (uint j = 0; j < nk; j++) {
-        const float s = attn_dot(qr, kh + ulong(j) * p.k_st, p.D) * p.scale;
-        const float mn = max(m, s);
-        l = l * exp(m - mn) + exp(s - mn);
-        m = mn;
-    }
-    for (uint d = 0; d < p.D; d++) {
-        orow[d] = 0.0f;
-    }
-    if (nk == 0) {
-        lse[n] = -FLT_MAX;
-        return;
-    }
-    const float inv = 1.0f / l;
-    for (uint j = 0; j < nk; j++) {
-        const float s = attn_dot(qr, kh + ulong(j) * p.k_st, p.D) * p.scale;
-        const float pr = exp(s - m) * inv;
-        const device float* vr = vh + ulong(j) * p.v_st;
-        for (uint d = 0; d < p.D; d++) {
-            orow[d] = fma(pr, vr[d], orow[d]);
-        }
-    }
-    lse[n] = m + log(l);
 }
 
 kernel void attention_naive_dq_f32(device float* dq [[buffer(0)]],
@@ -746,37 +992,8 @@ kernel void attention_naive_dq_f32(device float* dq [[buffer(0)]],
                                    uint tid [[thread_index_in_threadgroup]],
                                    uint tsize [[threads_per_threadgroup]]) {
     const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
-    if (n >= ulong(p.B) * p.H * p.Tq) {
-        return;
-    }
-    const uint i = uint(n % p.Tq);
-    const uint bh = uint(n / p.Tq);
-    const uint h = bh % p.H;
-    const uint b = bh / p.H;
-    const uint kvh = h / p.G;
-    const device float* qr = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh + ulong(i) * p.q_st;
-    const device float* gr = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh + ulong(i) * p.g_st;
-    const device float* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
-    const device float* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
-    device float* dr = dq + n * p.D;
-    const int lim = attn_causal ? min(int(p.Tk), int(p.Tk) - int(p.Tq) + int(i) + 1) : int(p.Tk);
-    const uint nk = uint(max(lim, 0));
-    const float lr = lse[n];
-    const float dl = delta[n];
-
-    for (uint d = 0; d < p.D; d++) {
-        dr[d] = 0.0f;
-    }
-    for (uint j = 0; j < nk; j++) {
-        const device float* kr = kh + ulong(j) * p.k_st;
-        const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lr);
-        const float g = pr * (attn_dot(gr, vh + ulong(j) * p.v_st, p.D) - dl);
-        for (uint d = 0; d < p.D; d++) {
-            dr[d] = fma(g, kr[d], dr[d]);
-        }
-    }
-    for (uint d = 0; d < p.D; d++) {
-        dr[d] *= p.scale;
+    if (n < ulong(p.B) * p.H * p.Tq) {
+        attn_naive_dq_row(n, dq, q, k, v, dout, lse, delta, p, dq);
     }
 }
 
@@ -794,94 +1011,164 @@ kernel void attention_naive_dkv_f32(device float* dk [[buffer(0)]],
                                     uint tid [[thread_index_in_threadgroup]],
                                     uint tsize [[threads_per_threadgroup]]) {
     const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
-    if (n >= ulong(p.B) * p.Hkv * p.Tk) {
-        return;
-    }
-    const uint j = uint(n % p.Tk);
-    const uint bk = uint(n / p.Tk);
-    const uint kvh = bk % p.Hkv;
-    const uint b = bk / p.Hkv;
-    const device float* kr = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh + ulong(j) * p.k_st;
-    const device float* vr = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh + ulong(j) * p.v_st;
-    device float* dkr = dk + n * p.D;
-    device float* dvr = dv + n * p.D;
-    // Causal: query i sees key j iff i ≥ j − (Tk − Tq).
-    const uint first = attn_causal ? uint(max(int(j) - (int(p.Tk) - int(p.Tq)), 0)) : 0u;
-
-    for (uint d = 0; d < p.D; d++) {
-        dkr[d] = 0.0f;
-        dvr[d] = 0.0f;
-    }
-    for (uint hh = 0; hh < p.G; hh++) {
-        const uint h = kvh * p.G + hh;
-        const ulong bh = ulong(b) * p.H + h;
-        const device float* qh = q + ulong(b) * p.q_sb + ulong(h) * p.q_sh;
-        const device float* gh = dout + ulong(b) * p.g_sb + ulong(h) * p.g_sh;
-        for (uint i = first; i < p.Tq; i++) {
-            const device float* qr = qh + ulong(i) * p.q_st;
-            const device float* gr = gh + ulong(i) * p.g_st;
-            const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lse[bh * p.Tq + i]);
-            const float g = pr * (attn_dot(gr, vr, p.D) - delta[bh * p.Tq + i]);
-            for (uint d = 0; d < p.D; d++) {
-                dvr[d] = fma(pr, gr[d], dvr[d]);
-                dkr[d] = fma(g, qr[d], dkr[d]);
-            }
-        }
-    }
-    for (uint d = 0; d < p.D; d++) {
-        dkr[d] *= p.scale;
+    if (n < ulong(p.B) * p.Hkv * p.Tk) {
+        attn_naive_dkv_row(n, dk, dv, q, k, v, dout, lse, delta, p, dk);
     }
 }
 
-// ---- instantiations of the fast path ----------------------------------------
+// The 16-bit reference kernels: as above, with the float32 scratch.
+template <typename T>
+kernel void attention_naive_fwd(device T* out [[buffer(0)]],
+                                device float* lse [[buffer(1)]],
+                                const device T* q [[buffer(2)]],
+                                const device T* k [[buffer(3)]],
+                                const device T* v [[buffer(4)]],
+                                constant AttnParams& p [[buffer(5)]],
+                                device float* scratch [[buffer(6)]],
+                                uint3 tgpos [[threadgroup_position_in_grid]],
+                                uint3 ntg [[threadgroups_per_grid]],
+                                uint tid [[thread_index_in_threadgroup]],
+                                uint tsize [[threads_per_threadgroup]]) {
+    const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
+    if (n < ulong(p.B) * p.H * p.Tq) {
+        attn_naive_fwd_row(n, out, lse, q, k, v, p, scratch);
+    }
+}
 
-template [[host_name("attention_fwd_d8_f32")]] [[kernel]] void attention_fwd<8>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d16_f32")]] [[kernel]] void attention_fwd<16>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d24_f32")]] [[kernel]] void attention_fwd<24>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d32_f32")]] [[kernel]] void attention_fwd<32>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d40_f32")]] [[kernel]] void attention_fwd<40>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d48_f32")]] [[kernel]] void attention_fwd<48>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d56_f32")]] [[kernel]] void attention_fwd<56>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d64_f32")]] [[kernel]] void attention_fwd<64>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d72_f32")]] [[kernel]] void attention_fwd<72>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d80_f32")]] [[kernel]] void attention_fwd<80>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d88_f32")]] [[kernel]] void attention_fwd<88>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d96_f32")]] [[kernel]] void attention_fwd<96>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d104_f32")]] [[kernel]] void attention_fwd<104>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d112_f32")]] [[kernel]] void attention_fwd<112>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d120_f32")]] [[kernel]] void attention_fwd<120>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_fwd_d128_f32")]] [[kernel]] void attention_fwd<128>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template <typename T>
+kernel void attention_naive_dq(device T* dq [[buffer(0)]],
+                               const device T* q [[buffer(1)]],
+                               const device T* k [[buffer(2)]],
+                               const device T* v [[buffer(3)]],
+                               const device T* dout [[buffer(4)]],
+                               const device float* lse [[buffer(5)]],
+                               const device float* delta [[buffer(6)]],
+                               constant AttnParams& p [[buffer(7)]],
+                               device float* scratch [[buffer(8)]],
+                               uint3 tgpos [[threadgroup_position_in_grid]],
+                               uint3 ntg [[threadgroups_per_grid]],
+                               uint tid [[thread_index_in_threadgroup]],
+                               uint tsize [[threads_per_threadgroup]]) {
+    const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
+    if (n < ulong(p.B) * p.H * p.Tq) {
+        attn_naive_dq_row(n, dq, q, k, v, dout, lse, delta, p, scratch);
+    }
+}
 
-template [[host_name("attention_bwd_dq_d8_f32")]] [[kernel]] void attention_bwd_dq<8>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d16_f32")]] [[kernel]] void attention_bwd_dq<16>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d24_f32")]] [[kernel]] void attention_bwd_dq<24>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d32_f32")]] [[kernel]] void attention_bwd_dq<32>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d40_f32")]] [[kernel]] void attention_bwd_dq<40>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d48_f32")]] [[kernel]] void attention_bwd_dq<48>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d56_f32")]] [[kernel]] void attention_bwd_dq<56>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d64_f32")]] [[kernel]] void attention_bwd_dq<64>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d72_f32")]] [[kernel]] void attention_bwd_dq<72>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d80_f32")]] [[kernel]] void attention_bwd_dq<80>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d88_f32")]] [[kernel]] void attention_bwd_dq<88>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d96_f32")]] [[kernel]] void attention_bwd_dq<96>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d104_f32")]] [[kernel]] void attention_bwd_dq<104>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d112_f32")]] [[kernel]] void attention_bwd_dq<112>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d120_f32")]] [[kernel]] void attention_bwd_dq<120>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dq_d128_f32")]] [[kernel]] void attention_bwd_dq<128>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template <typename T>
+kernel void attention_naive_dkv(device T* dk [[buffer(0)]],
+                                device T* dv [[buffer(1)]],
+                                const device T* q [[buffer(2)]],
+                                const device T* k [[buffer(3)]],
+                                const device T* v [[buffer(4)]],
+                                const device T* dout [[buffer(5)]],
+                                const device float* lse [[buffer(6)]],
+                                const device float* delta [[buffer(7)]],
+                                constant AttnParams& p [[buffer(8)]],
+                                device float* scratch [[buffer(9)]],
+                                uint3 tgpos [[threadgroup_position_in_grid]],
+                                uint3 ntg [[threadgroups_per_grid]],
+                                uint tid [[thread_index_in_threadgroup]],
+                                uint tsize [[threads_per_threadgroup]]) {
+    const ulong n = attn_row_index(tgpos, ntg, tid, tsize);
+    if (n < ulong(p.B) * p.Hkv * p.Tk) {
+        attn_naive_dkv_row(n, dk, dv, q, k, v, dout, lse, delta, p, scratch);
+    }
+}
 
-template [[host_name("attention_bwd_dkv_d8_f32")]] [[kernel]] void attention_bwd_dkv<8>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d16_f32")]] [[kernel]] void attention_bwd_dkv<16>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d24_f32")]] [[kernel]] void attention_bwd_dkv<24>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d32_f32")]] [[kernel]] void attention_bwd_dkv<32>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d40_f32")]] [[kernel]] void attention_bwd_dkv<40>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d48_f32")]] [[kernel]] void attention_bwd_dkv<48>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d56_f32")]] [[kernel]] void attention_bwd_dkv<56>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d64_f32")]] [[kernel]] void attention_bwd_dkv<64>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d72_f32")]] [[kernel]] void attention_bwd_dkv<72>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d80_f32")]] [[kernel]] void attention_bwd_dkv<80>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d88_f32")]] [[kernel]] void attention_bwd_dkv<88>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d96_f32")]] [[kernel]] void attention_bwd_dkv<96>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d104_f32")]] [[kernel]] void attention_bwd_dkv<104>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d112_f32")]] [[kernel]] void attention_bwd_dkv<112>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d120_f32")]] [[kernel]] void attention_bwd_dkv<120>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d128_f32")]] [[kernel]] void attention_bwd_dkv<128>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+// ---- instantiations ------------------------------------------------------------
+
+// The delta preprocess and the 16-bit reference kernels, per dtype.
+template [[host_name("attention_bwd_delta_f32")]] [[kernel]] void attention_bwd_delta<float>(device float*, const device float*, const device float*, constant AttnParams&, uint3, uint3, uint, uint, uint);
+template [[host_name("attention_bwd_delta_f16")]] [[kernel]] void attention_bwd_delta<half>(device float*, const device half*, const device half*, constant AttnParams&, uint3, uint3, uint, uint, uint);
+template [[host_name("attention_bwd_delta_bf16")]] [[kernel]] void attention_bwd_delta<bfloat>(device float*, const device bfloat*, const device bfloat*, constant AttnParams&, uint3, uint3, uint, uint, uint);
+template [[host_name("attention_naive_fwd_f16")]] [[kernel]] void attention_naive_fwd<half>(device half*, device float*, const device half*, const device half*, const device half*, constant AttnParams&, device float*, uint3, uint3, uint, uint);
+template [[host_name("attention_naive_dq_f16")]] [[kernel]] void attention_naive_dq<half>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, device float*, uint3, uint3, uint, uint);
+template [[host_name("attention_naive_dkv_f16")]] [[kernel]] void attention_naive_dkv<half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, device float*, uint3, uint3, uint, uint);
+template [[host_name("attention_naive_fwd_bf16")]] [[kernel]] void attention_naive_fwd<bfloat>(device bfloat*, device float*, const device bfloat*, const device bfloat*, const device bfloat*, constant AttnParams&, device float*, uint3, uint3, uint, uint);
+template [[host_name("attention_naive_dq_bf16")]] [[kernel]] void attention_naive_dq<bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, device float*, uint3, uint3, uint, uint);
+template [[host_name("attention_naive_dkv_bf16")]] [[kernel]] void attention_naive_dkv<bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, device float*, uint3, uint3, uint, uint);
+
+// The fast path: float32 at every head dim D = 8, 16, …, 128; 16-bit data
+// at D = 32, 64, 96, 128 (each instance serves the head dims from the
+// previous one's + 8 up to its own: see attn_dim).
+template [[host_name("attention_fwd_d8_f32")]] [[kernel]] void attention_fwd<8, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d16_f32")]] [[kernel]] void attention_fwd<16, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d24_f32")]] [[kernel]] void attention_fwd<24, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d32_f32")]] [[kernel]] void attention_fwd<32, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d40_f32")]] [[kernel]] void attention_fwd<40, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d48_f32")]] [[kernel]] void attention_fwd<48, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d56_f32")]] [[kernel]] void attention_fwd<56, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d64_f32")]] [[kernel]] void attention_fwd<64, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d72_f32")]] [[kernel]] void attention_fwd<72, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d80_f32")]] [[kernel]] void attention_fwd<80, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d88_f32")]] [[kernel]] void attention_fwd<88, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d96_f32")]] [[kernel]] void attention_fwd<96, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d104_f32")]] [[kernel]] void attention_fwd<104, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d112_f32")]] [[kernel]] void attention_fwd<112, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d120_f32")]] [[kernel]] void attention_fwd<120, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d128_f32")]] [[kernel]] void attention_fwd<128, float>(device float*, device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_fwd_d32_f16")]] [[kernel]] void attention_fwd<32, half>(device half*, device float*, const device half*, const device half*, const device half*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d64_f16")]] [[kernel]] void attention_fwd<64, half>(device half*, device float*, const device half*, const device half*, const device half*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d96_f16")]] [[kernel]] void attention_fwd<96, half>(device half*, device float*, const device half*, const device half*, const device half*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d128_f16")]] [[kernel]] void attention_fwd<128, half>(device half*, device float*, const device half*, const device half*, const device half*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_fwd_d32_bf16")]] [[kernel]] void attention_fwd<32, bfloat>(device bfloat*, device float*, const device bfloat*, const device bfloat*, const device bfloat*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d64_bf16")]] [[kernel]] void attention_fwd<64, bfloat>(device bfloat*, device float*, const device bfloat*, const device bfloat*, const device bfloat*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d96_bf16")]] [[kernel]] void attention_fwd<96, bfloat>(device bfloat*, device float*, const device bfloat*, const device bfloat*, const device bfloat*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_fwd_d128_bf16")]] [[kernel]] void attention_fwd<128, bfloat>(device bfloat*, device float*, const device bfloat*, const device bfloat*, const device bfloat*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dq_d8_f32")]] [[kernel]] void attention_bwd_dq<8, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d16_f32")]] [[kernel]] void attention_bwd_dq<16, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d24_f32")]] [[kernel]] void attention_bwd_dq<24, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d32_f32")]] [[kernel]] void attention_bwd_dq<32, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d40_f32")]] [[kernel]] void attention_bwd_dq<40, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d48_f32")]] [[kernel]] void attention_bwd_dq<48, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d56_f32")]] [[kernel]] void attention_bwd_dq<56, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d64_f32")]] [[kernel]] void attention_bwd_dq<64, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d72_f32")]] [[kernel]] void attention_bwd_dq<72, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d80_f32")]] [[kernel]] void attention_bwd_dq<80, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d88_f32")]] [[kernel]] void attention_bwd_dq<88, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d96_f32")]] [[kernel]] void attention_bwd_dq<96, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d104_f32")]] [[kernel]] void attention_bwd_dq<104, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d112_f32")]] [[kernel]] void attention_bwd_dq<112, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d120_f32")]] [[kernel]] void attention_bwd_dq<120, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d128_f32")]] [[kernel]] void attention_bwd_dq<128, float>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dq_d32_f16")]] [[kernel]] void attention_bwd_dq<32, half>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d64_f16")]] [[kernel]] void attention_bwd_dq<64, half>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d96_f16")]] [[kernel]] void attention_bwd_dq<96, half>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d128_f16")]] [[kernel]] void attention_bwd_dq<128, half>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dq_d32_bf16")]] [[kernel]] void attention_bwd_dq<32, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d64_bf16")]] [[kernel]] void attention_bwd_dq<64, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d96_bf16")]] [[kernel]] void attention_bwd_dq<96, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dq_d128_bf16")]] [[kernel]] void attention_bwd_dq<128, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dkv_d8_f32")]] [[kernel]] void attention_bwd_dkv<8, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d16_f32")]] [[kernel]] void attention_bwd_dkv<16, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d24_f32")]] [[kernel]] void attention_bwd_dkv<24, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d32_f32")]] [[kernel]] void attention_bwd_dkv<32, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d40_f32")]] [[kernel]] void attention_bwd_dkv<40, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d48_f32")]] [[kernel]] void attention_bwd_dkv<48, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d56_f32")]] [[kernel]] void attention_bwd_dkv<56, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d64_f32")]] [[kernel]] void attention_bwd_dkv<64, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d72_f32")]] [[kernel]] void attention_bwd_dkv<72, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d80_f32")]] [[kernel]] void attention_bwd_dkv<80, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d88_f32")]] [[kernel]] void attention_bwd_dkv<88, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d96_f32")]] [[kernel]] void attention_bwd_dkv<96, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d104_f32")]] [[kernel]] void attention_bwd_dkv<104, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d112_f32")]] [[kernel]] void attention_bwd_dkv<112, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d120_f32")]] [[kernel]] void attention_bwd_dkv<120, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d128_f32")]] [[kernel]] void attention_bwd_dkv<128, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dkv_d32_f16")]] [[kernel]] void attention_bwd_dkv<32, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d64_f16")]] [[kernel]] void attention_bwd_dkv<64, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d96_f16")]] [[kernel]] void attention_bwd_dkv<96, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d128_f16")]] [[kernel]] void attention_bwd_dkv<128, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+
+template [[host_name("attention_bwd_dkv_d32_bf16")]] [[kernel]] void attention_bwd_dkv<32, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d64_bf16")]] [[kernel]] void attention_bwd_dkv<64, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d96_bf16")]] [[kernel]] void attention_bwd_dkv<96, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dkv_d128_bf16")]] [[kernel]] void attention_bwd_dkv<128, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);

@@ -1,6 +1,10 @@
 // crossentropy.metal — Backend.CrossEntropy and CrossEntropyBackward:
-// fused cross-entropy over float32 logits (N, V), contiguous rows, int32
-// targets (N, any stride).
+// fused cross-entropy over logits (N, V), contiguous rows, int32 targets
+// (N, any stride). The logits are float32, float16 or bfloat16
+// (cross_entropy_f32, _f16, _bf16, cross_entropy_backward_*); loss and lse
+// are float32 always, dlogits has the logits' dtype. 16-bit logits widen
+// exactly on load, all arithmetic is float32, and a 16-bit dlogits
+// element rounds once on store.
 //
 // One threadgroup per row (rows numbered x-fastest over a 2-D grid of
 // threadgroups, so that more than 65535 fit). The threads stride through
@@ -49,6 +53,25 @@ struct CrossEntropyParams {
     uint flags;   // CE_WRITE_LOSS, CE_WRITE_LSE (forward), CE_HAS_IGNORE
 };
 
+// Storage types: loads widen to float32 (exact); stores round once: float
+// → half by the hardware conversion (round to nearest even), float →
+// bfloat to nearest even in integer arithmetic (NaN stays NaN, quiet), as
+// forge/half rounds.
+static inline float ce_load(float x) { return x; }
+static inline float ce_load(half x) { return float(x); }
+static inline float ce_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T ce_store(float x);
+template <> inline float ce_store<float>(float x) { return x; }
+template <> inline half ce_store<half>(float x) { return half(x); }
+template <> inline bfloat ce_store<bfloat>(float x) {
+    uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
 // ce_log1p is log(1 + r) for r ≥ 0, accurate for small r (Goldberg's
 // correction: the rounding of 1 + r cancels in log(u)·r/(u − 1)).
 static inline float ce_log1p(float r) {
@@ -90,18 +113,19 @@ static inline void ce_merge_simd(thread float& m, thread float& r, uint lane) {
     r = ce_simd_sum(c);
 }
 
-kernel void cross_entropy_f32(device float* loss [[buffer(0)]],
-                              device float* lse [[buffer(1)]],
-                              const device float* logits [[buffer(2)]],
-                              const device int* targets [[buffer(3)]],
-                              constant CrossEntropyParams& p [[buffer(4)]],
-                              uint3 tgpos [[threadgroup_position_in_grid]],
-                              uint3 ntg [[threadgroups_per_grid]],
-                              uint tid [[thread_index_in_threadgroup]],
-                              uint tsize [[threads_per_threadgroup]],
-                              uint lane [[thread_index_in_simdgroup]],
-                              uint sg [[simdgroup_index_in_threadgroup]],
-                              uint nsg [[simdgroups_per_threadgroup]]) {
+template <typename T>
+kernel void cross_entropy_t(device float* loss [[buffer(0)]],
+                            device float* lse [[buffer(1)]],
+                            const device T* logits [[buffer(2)]],
+                            const device int* targets [[buffer(3)]],
+                            constant CrossEntropyParams& p [[buffer(4)]],
+                            uint3 tgpos [[threadgroup_position_in_grid]],
+                            uint3 ntg [[threadgroups_per_grid]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint tsize [[threads_per_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]],
+                            uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float part_m[CE_MAX_SIMDGROUPS];
     threadgroup float part_r[CE_MAX_SIMDGROUPS];
     threadgroup uint part_bad[CE_MAX_SIMDGROUPS];
@@ -110,13 +134,13 @@ kernel void cross_entropy_f32(device float* loss [[buffer(0)]],
     if (row >= p.rows) {
         return; // the whole threadgroup: no barrier is left waiting
     }
-    const device float* xr = logits + ulong(row) * p.cols;
+    const device T* xr = logits + ulong(row) * p.cols;
 
     float m = -INFINITY;
     float r = 0.0f;
     uint bad = 0;
     for (uint j = tid; j < p.cols; j += tsize) {
-        float v = xr[j];
+        float v = ce_load(xr[j]);
         if (isnan(v) || v == INFINITY) {
             bad = 1;
         } else if (v > m) {
@@ -153,7 +177,7 @@ kernel void cross_entropy_f32(device float* loss [[buffer(0)]],
     } else {
         float l1p = ce_log1p(r);
         e = m + l1p;
-        l = uint(t) < p.cols ? (m - xr[t]) + l1p : NAN;
+        l = uint(t) < p.cols ? (m - ce_load(xr[t])) + l1p : NAN;
     }
     if ((p.flags & CE_WRITE_LOSS) != 0) {
         loss[row] = ignored ? 0.0f : l;
@@ -173,18 +197,19 @@ static inline void ce_merge_rest(thread float& m, thread float& acc) {
     acc = ce_simd_sum(c);
 }
 
-kernel void cross_entropy_backward_f32(device float* dlogits [[buffer(0)]],
-                                       const device float* logits [[buffer(1)]],
-                                       const device float* lse [[buffer(2)]],
-                                       const device int* targets [[buffer(3)]],
-                                       constant CrossEntropyParams& p [[buffer(4)]],
-                                       uint3 tgpos [[threadgroup_position_in_grid]],
-                                       uint3 ntg [[threadgroups_per_grid]],
-                                       uint tid [[thread_index_in_threadgroup]],
-                                       uint tsize [[threads_per_threadgroup]],
-                                       uint lane [[thread_index_in_simdgroup]],
-                                       uint sg [[simdgroup_index_in_threadgroup]],
-                                       uint nsg [[simdgroups_per_threadgroup]]) {
+template <typename T>
+kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
+                                     const device T* logits [[buffer(1)]],
+                                     const device float* lse [[buffer(2)]],
+                                     const device int* targets [[buffer(3)]],
+                                     constant CrossEntropyParams& p [[buffer(4)]],
+                                     uint3 tgpos [[threadgroup_position_in_grid]],
+                                     uint3 ntg [[threadgroups_per_grid]],
+                                     uint tid [[thread_index_in_threadgroup]],
+                                     uint tsize [[threads_per_threadgroup]],
+                                     uint lane [[thread_index_in_simdgroup]],
+                                     uint sg [[simdgroup_index_in_threadgroup]],
+                                     uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float part_m[CE_MAX_SIMDGROUPS];
     threadgroup float part_a[CE_MAX_SIMDGROUPS];
 
@@ -192,27 +217,27 @@ kernel void cross_entropy_backward_f32(device float* dlogits [[buffer(0)]],
     if (row >= p.rows) {
         return;
     }
-    const device float* xr = logits + ulong(row) * p.cols;
-    device float* dr = dlogits + ulong(row) * p.cols;
+    const device T* xr = logits + ulong(row) * p.cols;
+    device T* dr = dlogits + ulong(row) * p.cols;
     const int t = targets[int(row) * p.tstride];
 
     // Uniform over the threadgroup: no barrier is left waiting.
     if ((p.flags & CE_HAS_IGNORE) != 0 && t == p.ignore) {
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = 0.0f;
+            dr[j] = ce_store<T>(0.0f);
         }
         return;
     }
     if (uint(t) >= p.cols) {
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = NAN;
+            dr[j] = ce_store<T>(NAN);
         }
         return;
     }
 
     // Pass 1: the row max M (every thread starts from x[t]) and
     // S_o = Σ_{j≠t} exp(x_j − M), online; NaN or +Inf anywhere makes S_o NaN.
-    const float xt = xr[t]; // read before any thread writes the row
+    const float xt = ce_load(xr[t]); // read before any thread writes the row
     const bool xt_bad = isnan(xt) || xt == INFINITY;
     float m = isnan(xt) ? -INFINITY : xt;
     float acc = xt_bad ? NAN : 0.0f;
@@ -220,7 +245,7 @@ kernel void cross_entropy_backward_f32(device float* dlogits [[buffer(0)]],
         if (j == uint(t)) {
             continue;
         }
-        float v = xr[j];
+        float v = ce_load(xr[j]);
         if (isnan(v) || v == INFINITY) {
             acc = NAN;
         } else if (v > m) {
@@ -248,12 +273,19 @@ kernel void cross_entropy_backward_f32(device float* dlogits [[buffer(0)]],
     if (s > 0.0f && s < INFINITY) {
         const float f = p.scale / s;
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = j == uint(t) ? -(so * f) : exp(xr[j] - m) * f;
+            dr[j] = ce_store<T>(j == uint(t) ? -(so * f) : exp(ce_load(xr[j]) - m) * f);
         }
     } else {
         const float L = lse[row];
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = j == uint(t) ? p.scale * (exp(xt - L) - 1.0f) : p.scale * exp(xr[j] - L);
+            dr[j] = ce_store<T>(j == uint(t) ? p.scale * (exp(xt - L) - 1.0f) : p.scale * exp(ce_load(xr[j]) - L));
         }
     }
 }
+
+template [[host_name("cross_entropy_f32")]] [[kernel]] void cross_entropy_t<float>(device float*, device float*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_f16")]] [[kernel]] void cross_entropy_t<half>(device float*, device float*, const device half*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_bf16")]] [[kernel]] void cross_entropy_t<bfloat>(device float*, device float*, const device bfloat*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_backward_f32")]] [[kernel]] void cross_entropy_backward_t<float>(device float*, const device float*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_backward_f16")]] [[kernel]] void cross_entropy_backward_t<half>(device half*, const device half*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_backward_bf16")]] [[kernel]] void cross_entropy_backward_t<bfloat>(device bfloat*, const device bfloat*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);

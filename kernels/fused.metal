@@ -1,6 +1,7 @@
-// fused.metal — the fused kernels of the training step, float32,
-// contiguous: Backend.SwiGLU and SwiGLUBackward, Backend.SumSquares and
-// Backend.AdamW.
+// fused.metal — the fused kernels of the training step, contiguous:
+// Backend.SwiGLU and SwiGLUBackward (float32, float16, bfloat16),
+// Backend.SumSquares (float32, float16, bfloat16 src; float32 dst) and
+// Backend.AdamW (float32).
 //
 // swiglu_f32, swiglu_backward_f32: elementwise (grid-stride loops). They
 // reproduce the unfused composition on this backend bit for bit: silu(a)
@@ -9,11 +10,19 @@
 // rounds it:
 //   y  = silu(a)·b
 //   db = g·silu(a),  da = ((g·b)·σ(a))·(1 + a·(1 − σ(a)))
+// swiglu_f16, swiglu_bf16, swiglu_backward_f16, swiglu_backward_bf16: the
+// same float32 arithmetic on 16-bit views (all of one dtype), widened
+// exactly on load; y, da and db round once on store (the intermediates
+// silu(a) and g·b stay float32, so these are more accurate than the
+// unfused 16-bit composition, which rounds them to 16 bits).
 //
 // sum_squares_f32: Σ src² in two passes of fixed blocks. Pass 1 (constant
 // ss_square): threadgroup k sums the squares of elements k·block …
 // (k+1)·block − 1 into part[k]; pass 2 (ss_square false): one threadgroup
 // sums the partials in order into dst. A single block writes dst directly.
+// sum_squares_f16, sum_squares_bf16: pass 1 over a float16 / bfloat16 src
+// (widened exactly; dst and the partials are float32), pass 2 is
+// sum_squares_f32's.
 // Sums are compensated (per-thread two-sums, a fixed butterfly across the
 // lanes, the simdgroups in order through threadgroup memory), so the result
 // is deterministic and within about an ulp of the CPU's float64 sum.
@@ -27,10 +36,17 @@
 // float64) and the arithmetic is float-float (error-free products with fma,
 // two-sums, a corrected square root and quotient), rounded once per stored
 // value, so the result matches the CPU's except at rare rounding ties.
+// With the constant adamw_clipped (backend.GradClipper.AdamWClipped) it
+// reads a clip state (optim.metal's grad_clip_f32) at buffer 5: nothing is
+// written when state[2] (skip) is set, and each gradient element is
+// state[1]·g rounded to float first (g itself when the coefficient is 1),
+// as scaling the gradient in place would store it.
 //
 // Function constants:
 //   0 ss_square (bool): sum_squares_f32: square the inputs (pass 1); else
 //                       add them as they are (pass 2 over the partials).
+//   1 adamw_clipped (bool): adamw_f32: scale by (and skip on) the clip
+//                       state at buffer 5.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -41,6 +57,26 @@ struct FusedParams {
 };
 
 constant bool ss_square [[function_constant(0)]];
+constant bool adamw_clipped [[function_constant(1)]];
+
+// Storage types of swiglu_* and sum_squares_*: loads widen to float32
+// (exact); stores round once: float → half by the hardware conversion
+// (round to nearest even), float → bfloat to nearest even in integer
+// arithmetic (NaN stays NaN, quiet), as forge/half rounds.
+static inline float fused_load(float x) { return x; }
+static inline float fused_load(half x) { return float(x); }
+static inline float fused_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T fused_store(float x);
+template <> inline float fused_store<float>(float x) { return x; }
+template <> inline half fused_store<half>(float x) { return half(x); }
+template <> inline bfloat fused_store<bfloat>(float x) {
+    uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
 
 // The SiLU forms of unary.metal (U_SILU), kept textually identical.
 static inline float fused_sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
@@ -50,35 +86,44 @@ static inline float fused_silu_grad(float x, float g) {
     return g * s * (1.0f + x * (1.0f - s));
 }
 
-kernel void swiglu_f32(device float* y [[buffer(0)]],
-                       const device float* a [[buffer(1)]],
-                       const device float* b [[buffer(2)]],
-                       constant FusedParams& p [[buffer(3)]],
-                       uint gid [[thread_position_in_grid]],
-                       uint gsize [[threads_per_grid]]) {
+template <typename T>
+kernel void swiglu_t(device T* y [[buffer(0)]],
+                     const device T* a [[buffer(1)]],
+                     const device T* b [[buffer(2)]],
+                     constant FusedParams& p [[buffer(3)]],
+                     uint gid [[thread_position_in_grid]],
+                     uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float s = fused_silu(a[i]);
-        y[i] = s * b[i];
+        float s = fused_silu(fused_load(a[i]));
+        y[i] = fused_store<T>(s * fused_load(b[i]));
     }
 }
 
-kernel void swiglu_backward_f32(device float* da [[buffer(0)]],
-                                device float* db [[buffer(1)]],
-                                const device float* a [[buffer(2)]],
-                                const device float* b [[buffer(3)]],
-                                const device float* g [[buffer(4)]],
-                                constant FusedParams& p [[buffer(5)]],
-                                uint gid [[thread_position_in_grid]],
-                                uint gsize [[threads_per_grid]]) {
+template <typename T>
+kernel void swiglu_backward_t(device T* da [[buffer(0)]],
+                              device T* db [[buffer(1)]],
+                              const device T* a [[buffer(2)]],
+                              const device T* b [[buffer(3)]],
+                              const device T* g [[buffer(4)]],
+                              constant FusedParams& p [[buffer(5)]],
+                              uint gid [[thread_position_in_grid]],
+                              uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float x = a[i];
-        float gv = g[i];
-        float gb = gv * b[i];
+        float x = fused_load(a[i]);
+        float gv = fused_load(g[i]);
+        float gb = gv * fused_load(b[i]);
         float s = fused_silu(x);
-        db[i] = gv * s;
-        da[i] = fused_silu_grad(x, gb);
+        db[i] = fused_store<T>(gv * s);
+        da[i] = fused_store<T>(fused_silu_grad(x, gb));
     }
 }
+
+template [[host_name("swiglu_f32")]] [[kernel]] void swiglu_t<float>(device float*, const device float*, const device float*, constant FusedParams&, uint, uint);
+template [[host_name("swiglu_f16")]] [[kernel]] void swiglu_t<half>(device half*, const device half*, const device half*, constant FusedParams&, uint, uint);
+template [[host_name("swiglu_bf16")]] [[kernel]] void swiglu_t<bfloat>(device bfloat*, const device bfloat*, const device bfloat*, constant FusedParams&, uint, uint);
+template [[host_name("swiglu_backward_f32")]] [[kernel]] void swiglu_backward_t<float>(device float*, device float*, const device float*, const device float*, const device float*, constant FusedParams&, uint, uint);
+template [[host_name("swiglu_backward_f16")]] [[kernel]] void swiglu_backward_t<half>(device half*, device half*, const device half*, const device half*, const device half*, constant FusedParams&, uint, uint);
+template [[host_name("swiglu_backward_bf16")]] [[kernel]] void swiglu_backward_t<bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, constant FusedParams&, uint, uint);
 
 // ---------------------------------------------------------------------------
 // SumSquares
@@ -113,15 +158,18 @@ static inline FusedAcc fused_simd(FusedAcc a) {
     return a;
 }
 
-kernel void sum_squares_f32(device float* dst [[buffer(0)]],
-                            const device float* src [[buffer(1)]],
-                            constant SumSqParams& p [[buffer(2)]],
-                            uint tg [[threadgroup_position_in_grid]],
-                            uint tid [[thread_index_in_threadgroup]],
-                            uint tsize [[threads_per_threadgroup]],
-                            uint lane [[thread_index_in_simdgroup]],
-                            uint sg [[simdgroup_index_in_threadgroup]],
-                            uint nsg [[simdgroups_per_threadgroup]]) {
+// sum_squares_t: src float (sum_squares_f32, both passes), half or bfloat
+// (sum_squares_f16, sum_squares_bf16: pass 1 only); dst float32 always.
+template <typename T>
+kernel void sum_squares_t(device float* dst [[buffer(0)]],
+                          const device T* src [[buffer(1)]],
+                          constant SumSqParams& p [[buffer(2)]],
+                          uint tg [[threadgroup_position_in_grid]],
+                          uint tid [[thread_index_in_threadgroup]],
+                          uint tsize [[threads_per_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]],
+                          uint sg [[simdgroup_index_in_threadgroup]],
+                          uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float ps[FUSED_MAX_SIMDGROUPS];
     threadgroup float pc[FUSED_MAX_SIMDGROUPS];
 
@@ -131,7 +179,7 @@ kernel void sum_squares_f32(device float* dst [[buffer(0)]],
     a.s = 0.0f;
     a.c = 0.0f;
     for (uint i = lo + tid; i < hi; i += tsize) {
-        float v = src[i];
+        float v = fused_load(src[i]);
         if (ss_square) {
             float t = v * v;
             fused_add(a, t);
@@ -158,6 +206,10 @@ kernel void sum_squares_f32(device float* dst [[buffer(0)]],
         dst[tg] = isfinite(a.s) ? a.s + a.c : a.s;
     }
 }
+
+template [[host_name("sum_squares_f32")]] [[kernel]] void sum_squares_t<float>(device float*, const device float*, constant SumSqParams&, uint, uint, uint, uint, uint, uint);
+template [[host_name("sum_squares_f16")]] [[kernel]] void sum_squares_t<half>(device float*, const device half*, constant SumSqParams&, uint, uint, uint, uint, uint, uint);
+template [[host_name("sum_squares_bf16")]] [[kernel]] void sum_squares_t<bfloat>(device float*, const device bfloat*, constant SumSqParams&, uint, uint, uint, uint, uint, uint);
 
 // ---------------------------------------------------------------------------
 // AdamW
@@ -229,10 +281,21 @@ kernel void adamw_f32(device float* w [[buffer(0)]],
                       device float* m [[buffer(2)]],
                       device float* v [[buffer(3)]],
                       constant AdamWParams& p [[buffer(4)]],
+                      const device float* state [[buffer(5)]],
                       uint gid [[thread_position_in_grid]],
                       uint gsize [[threads_per_grid]]) {
+    float coef = 1.0f;
+    if (adamw_clipped) {
+        if (state[2] != 0.0f) {
+            return; // a non-finite gradient norm: the step is skipped
+        }
+        coef = state[1];
+    }
     for (uint i = gid; i < p.n; i += gsize) {
-        const float g = grad[i];
+        float g = grad[i];
+        if (coef != 1.0f) {
+            g = coef * g;
+        }
 
         // m ← β1·m + (1−β1)·g
         const float mi = ff_round(ff_add(ff_mul(p.b1, m[i]), ff_mul(p.c1, g)));

@@ -1,5 +1,6 @@
-// Package kernels holds the Metal Shading Language (MSL 3.1) sources of
-// Forge's Metal backend and the rule that names their kernel functions.
+// Package kernels holds the Metal Shading Language (MSL 3.1; MSL 4.0 for
+// matmul2d.metal) sources of Forge's Metal backend and the rule that names
+// their kernel functions.
 //
 // The .metal files are embedded in the binary: the Metal driver compiles
 // them at run time (newLibraryWithSource) and the emulation driver
@@ -22,8 +23,12 @@
 //	                   where_x32 where_x16       Backend.Where (32/16-bit data) …
 //	                   where_x32_c16 where_x16_c16 … with a 16-bit cond
 //	reduce.metal       reduce_f32                Backend.Reduce (op = constant 0)
+//	                   reduce_f16_f32 reduce_bf16_f32 16-bit src, float32 values / int32 indices
+//	                   reduce_f16 reduce_bf16    16-bit src and dst (float32 math, rounded once)
 //	softmax.metal      softmax_f32               Backend.Softmax
+//	                   softmax_f16 softmax_bf16  … on float16 / bfloat16 (float32 math)
 //	                   softmax_backward_f32      Backend.SoftmaxBackward
+//	                   softmax_backward_f16 softmax_backward_bf16
 //	matmul.metal       matmul_f32                Backend.MatMul, simdgroup_matrix tiles
 //	                   matmul_f16_f32 matmul_f16 float16 operands (half fragments), float32
 //	                                             accumulators, float32 or float16 dst
@@ -34,19 +39,32 @@
 //	                   matmul_reduce_f16 matmul_reduce_bf16 (rounded once to dst)
 //	                   matmul_naive_f32          the reference / fallback
 //	                   matmul_naive_f16_f32 matmul_naive_f16 matmul_naive_bf16_f32 matmul_naive_bf16
+//	matmul2d.metal     matmul2d_f32              Backend.MatMul through Metal 4 tensor ops (MSL 4.0,
+//	                                             MetalPerformancePrimitives matmul2d), where the device runs them
+//	                   matmul2d_f16_f32 matmul2d_f16 float16 operands, float32 or float16 dst
+//	                   matmul2d_bf16_f32 matmul2d_bf16 the same for bfloat16
 //	norm.metal         rms_norm_f32              Backend.RMSNorm
 //	                   rms_norm_backward_f32     Backend.RMSNormBackward (dx)
 //	                   layer_norm_f32            Backend.LayerNorm
 //	                   layer_norm_backward_f32   Backend.LayerNormBackward (dx)
+//	                   rms_norm_f16 rms_norm_bf16 … with float16 / bfloat16 views (float32 math;
+//	                   rms_norm_backward_f16 rms_norm_backward_bf16 function constants say
+//	                   layer_norm_f16 layer_norm_bf16 which of x, y or dy, w and b are 16-bit)
+//	                   layer_norm_backward_f16 layer_norm_backward_bf16
 //	                   norm_param_grad_f32       dw/db partial column sums over row blocks …
+//	                   norm_param_grad_f16 norm_param_grad_bf16 (16-bit x / dy, float32 partials)
 //	                   norm_col_sum_f32          … added in block order
+//	                   norm_col_sum_f16 norm_col_sum_bf16 (rounded once to dw's dtype)
 //	rope.metal         rope_f32                  Backend.RoPE, RoPEStrided
+//	                   rope_f16 rope_bf16        … on float16 / bfloat16 (float32 math)
 //	fused.metal        swiglu_f32                Backend.SwiGLU
+//	                   swiglu_f16 swiglu_bf16    … on float16 / bfloat16 (float32 math)
 //	                   swiglu_backward_f32       Backend.SwiGLUBackward
+//	                   swiglu_backward_f16 swiglu_backward_bf16
 //	                   sum_squares_f32           Backend.SumSquares (two passes, fixed blocks)
-//	                   adamw_f32                 Backend.AdamW
+//	                   sum_squares_f16 sum_squares_bf16 pass 1 over a 16-bit src (float32 sums)
+//	                   adamw_f32                 Backend.AdamW; AdamWClipped (constant 1)
 //	optim.metal        grad_clip_f32             global-norm clip coefficient on the device
-//	                   adamw_clipped_f32         AdamW scaled by that coefficient
 //	index.metal        index_select_x32          Backend.IndexSelect
 //	                   index_sort_keys           stable radix sort of the indices …
 //	                   index_row_starts          … where each row's list starts …
@@ -55,12 +73,20 @@
 //	                   scatter_add_x32           Backend.ScatterAdd (a thread per column)
 //	                   scatter_add_sorted_x32    Backend.ScatterAdd (few columns, sorted)
 //	crossentropy.metal cross_entropy_f32         Backend.CrossEntropy
+//	                   cross_entropy_f16 cross_entropy_bf16 16-bit logits (float32 loss, lse)
 //	                   cross_entropy_backward_f32 Backend.CrossEntropyBackward
+//	                   cross_entropy_backward_f16 cross_entropy_backward_bf16 (dlogits 16-bit)
 //	attention.metal    attention_fwd_dD_f32      Backend.Attention, D = 8, 16, …, 128
+//	                   attention_fwd_dD_f16 attention_fwd_dD_bf16 16-bit data (float32 math),
+//	                                             D = 32, 64, 96, 128 (each serving the D below it)
 //	                   attention_bwd_delta_f32   rowsum(dO∘O) for the backward …
+//	                   attention_bwd_delta_f16 attention_bwd_delta_bf16
 //	                   attention_bwd_dq_dD_f32   … dQ …
+//	                   attention_bwd_dq_dD_f16 attention_bwd_dq_dD_bf16
 //	                   attention_bwd_dkv_dD_f32  … dK and dV (no atomics)
+//	                   attention_bwd_dkv_dD_f16 attention_bwd_dkv_dD_bf16
 //	                   attention_naive_*_f32     the reference kernels for other D
+//	                   attention_naive_*_f16 attention_naive_*_bf16 (float32 scratch rows)
 //
 // The Go side that launches them is package metal (ops_*.go).
 package kernels

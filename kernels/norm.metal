@@ -1,8 +1,10 @@
 // norm.metal — Backend.RMSNorm, RMSNormBackward, LayerNorm and
-// LayerNormBackward over the last axis of x (N, C), float32, contiguous.
+// LayerNormBackward over the last axis of x (N, C), contiguous, float32
+// arithmetic; the views that may be 16-bit are float32, float16 or bfloat16
+// (see "Storage types" below).
 //
-// Row kernels (rms_norm_f32, rms_norm_backward_f32, layer_norm_f32,
-// layer_norm_backward_f32) run one row per threadgroup, or one row per
+// Row kernels (rms_norm_*, rms_norm_backward_*, layer_norm_*,
+// layer_norm_backward_*) run one row per threadgroup, or one row per
 // simdgroup for short rows (function constant norm_simd_rows; then a
 // threadgroup of k simdgroups takes k consecutive rows and no threadgroup
 // memory or barrier is used). Rows are numbered x-fastest over a 2-D grid
@@ -24,23 +26,47 @@
 //                  dx = rstd·(g − Σg/C − x̂·rstd·Σ(g·(x−μ))/C)
 //
 // The weight and bias gradients are column sums over the rows; they are
-// deterministic without atomics: norm_param_grad_f32 sums fixed blocks of
-// rows per column into compensated partials (nblocks, C) (each product's
-// rounding error kept too), norm_col_sum_f32 adds the partials of a column
-// in block order. The blocking depends on N and C only (ops_norm.go).
+// deterministic without atomics: norm_param_grad_* sums fixed blocks of
+// rows per column into compensated float32 partials (nblocks, C) (each
+// product's rounding error kept too), norm_col_sum_* adds the partials of a
+// column in block order. The blocking depends on N and C only (ops_norm.go).
 //
 //   dw_j = Σ_r dy_rj·x̂_rj (x̂ = x·rstd for RMSNorm, (x−μ)·rstd for LayerNorm)
 //   db_j = Σ_r dy_rj
+//
+// Storage types. Every kernel is a template over H, the call's 16-bit type
+// (half or bfloat; float for the all-float32 kernels, *_f32). In the _f16
+// and _bf16 instances each of x (and dx), y (forward) or dy (backward), and
+// w and b is bound as bytes and is float or H as function constants 6–8
+// say; mean, rstd and the partials are float32 always. Loads widen to
+// float32 (exactly), the arithmetic is the float32 kernels' operation for
+// operation, and a 16-bit output is rounded once on store (to nearest
+// even: float → half by the hardware conversion, float → bfloat in integer
+// arithmetic, NaN stays NaN, as forge/half rounds). So a 16-bit kernel's
+// float32 results (rstd, mean, float32 outputs) are bit for bit those of
+// the float32 kernel on the widened inputs, and its 16-bit outputs are
+// those rounded once. The *_f32 instances never read constants 6–8.
+// norm_col_sum_* is a template over the gradient's type (float32 sums,
+// rounded once at the end).
+//
+// Instances: rms_norm_f32 _f16 _bf16, rms_norm_backward_f32 _f16 _bf16,
+// layer_norm_f32 _f16 _bf16, layer_norm_backward_f32 _f16 _bf16,
+// norm_param_grad_f32 _f16 _bf16 (by the 16-bit type of x and dy),
+// norm_col_sum_f32 _f16 _bf16 (by the type of dw and db).
 //
 // Function constants:
 //   0 norm_simd_rows (bool): row kernels: one row per simdgroup (else one
 //                            row per threadgroup).
 //   1 norm_has_w     (bool): w is bound (else w = 1).
-//   2 norm_has_b     (bool): layer_norm_f32: b is bound (else b = 0).
-//   3 norm_layer     (bool): norm_param_grad_f32: x̂ = (x−μ)·rstd (LayerNorm)
+//   2 norm_has_b     (bool): layer_norm_*: b is bound (else b = 0).
+//   3 norm_layer     (bool): norm_param_grad_*: x̂ = (x−μ)·rstd (LayerNorm)
 //                            rather than x·rstd (RMSNorm).
-//   4 norm_want_dw   (bool): norm_param_grad_f32: write dw partials.
-//   5 norm_want_db   (bool): norm_param_grad_f32: write db partials.
+//   4 norm_want_dw   (bool): norm_param_grad_*: write dw partials.
+//   5 norm_want_db   (bool): norm_param_grad_*: write db partials.
+//   6 norm_x16       (bool): _f16/_bf16 instances: x (and dx) hold H.
+//   7 norm_y16       (bool): _f16/_bf16 instances: y (forward), dy
+//                            (backward, param grads) hold H.
+//   8 norm_w16       (bool): _f16/_bf16 row kernels: w and b hold H.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -53,7 +79,7 @@ struct NormParams {
     float eps;      // forward kernels
     uint save;      // forward kernels: bit 0 write mean (LayerNorm), bit 1 rstd
     uint nblocks;   // param-grad kernels: number of row blocks
-    uint block;     // norm_param_grad_f32: rows per block
+    uint block;     // norm_param_grad_*: rows per block
 };
 
 constant bool norm_simd_rows [[function_constant(0)]];
@@ -62,6 +88,9 @@ constant bool norm_has_b [[function_constant(2)]];
 constant bool norm_layer [[function_constant(3)]];
 constant bool norm_want_dw [[function_constant(4)]];
 constant bool norm_want_db [[function_constant(5)]];
+constant bool norm_x16 [[function_constant(6)]];
+constant bool norm_y16 [[function_constant(7)]];
+constant bool norm_w16 [[function_constant(8)]];
 
 // NormAcc is a compensated sum: s plus the rounding errors c of making it.
 struct NormAcc {
@@ -185,34 +214,86 @@ static inline NormRow norm_row(constant NormParams& p, uint3 tgpos, uint3 ntg, u
     return r;
 }
 
-kernel void rms_norm_f32(device float* y [[buffer(0)]],
-                         device float* rstd [[buffer(1)]],
-                         const device float* x [[buffer(2)]],
-                         const device float* w [[buffer(3)]],
-                         constant NormParams& p [[buffer(4)]],
-                         uint3 tgpos [[threadgroup_position_in_grid]],
-                         uint3 ntg [[threadgroups_per_grid]],
-                         uint tid [[thread_index_in_threadgroup]],
-                         uint tsize [[threads_per_threadgroup]],
-                         uint lane [[thread_index_in_simdgroup]],
-                         uint sg [[simdgroup_index_in_threadgroup]],
-                         uint nsg [[simdgroups_per_threadgroup]]) {
+// ---- storage types -----------------------------------------------------------
+// norm_widen is exact; norm_narrow rounds once to nearest even (see the
+// file comment).
+static inline float norm_widen(float x) { return x; }
+static inline float norm_widen(half x) { return float(x); }
+static inline float norm_widen(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T norm_narrow(float x);
+template <> inline float norm_narrow<float>(float x) { return x; }
+template <> inline half norm_narrow<half>(float x) { return half(x); }
+template <> inline bfloat norm_narrow<bfloat>(float x) {
+    uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+// NormIO<H> says which views hold H: function constants 6–8 in the 16-bit
+// instances; none in the float32 ones (which so never read the constants).
+template <typename H> struct NormIO {
+    static inline bool x16() { return norm_x16; }
+    static inline bool y16() { return norm_y16; }
+    static inline bool w16() { return norm_w16; }
+};
+template <> struct NormIO<float> {
+    static inline bool x16() { return false; }
+    static inline bool y16() { return false; }
+    static inline bool w16() { return false; }
+};
+
+// norm_ld reads element i of a view bound as bytes: H if h, else float.
+template <typename H> static inline float norm_ld(const device uchar* v, bool h, ulong i) {
+    if (h) {
+        return norm_widen(((const device H*)v)[i]);
+    }
+    return ((const device float*)v)[i];
+}
+
+// norm_st writes element i of a view bound as bytes: H (rounded once) if
+// h, else float.
+template <typename H> static inline void norm_st(device uchar* v, bool h, ulong i, float x) {
+    if (h) {
+        ((device H*)v)[i] = norm_narrow<H>(x);
+    } else {
+        ((device float*)v)[i] = x;
+    }
+}
+
+template <typename H>
+kernel void rms_norm_t(device uchar* y [[buffer(0)]],
+                       device float* rstd [[buffer(1)]],
+                       const device uchar* x [[buffer(2)]],
+                       const device uchar* w [[buffer(3)]],
+                       constant NormParams& p [[buffer(4)]],
+                       uint3 tgpos [[threadgroup_position_in_grid]],
+                       uint3 ntg [[threadgroups_per_grid]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint tsize [[threads_per_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint sg [[simdgroup_index_in_threadgroup]],
+                       uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float ps[NORM_MAX_SIMDGROUPS];
     threadgroup float pc[NORM_MAX_SIMDGROUPS];
     threadgroup float pm[NORM_MAX_SIMDGROUPS]; // the rare rescaled path
     threadgroup float ps3[NORM_MAX_SIMDGROUPS];
     threadgroup float pc3[NORM_MAX_SIMDGROUPS];
+    const bool x16 = NormIO<H>::x16();
+    const bool y16 = NormIO<H>::y16();
+    const bool w16 = NormIO<H>::w16();
 
     NormRow r = norm_row(p, tgpos, ntg, tid, tsize, lane, sg, nsg);
     if (!r.ok) {
         return; // a whole threadgroup, or (simd rows) a whole simdgroup
     }
-    const device float* xr = x + ulong(r.row) * p.cols;
-    device float* yr = y + ulong(r.row) * p.cols;
+    const ulong base = ulong(r.row) * p.cols;
 
     NormAcc a = norm_acc0();
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float v = xr[j];
+        float v = norm_ld<H>(x, x16, base + j);
         norm_add(a, v * v);
     }
     float ss = norm_total(a, ps, pc, lane, sg, nsg);
@@ -223,14 +304,14 @@ kernel void rms_norm_f32(device float* y [[buffer(0)]],
         // The same for every thread of the row, so the barrier is uniform.
         float mx = 0.0f;
         for (uint j = r.j0; j < p.cols; j += r.step) {
-            mx = max(mx, fabs(xr[j]));
+            mx = max(mx, fabs(norm_ld<H>(x, x16, base + j)));
         }
         mx = norm_row_max(mx, pm, lane, sg, nsg);
         if (isfinite(mx)) {
             const float inv = 1.0f / mx;
             NormAcc q = norm_acc0();
             for (uint j = r.j0; j < p.cols; j += r.step) {
-                float v = xr[j] * inv;
+                float v = norm_ld<H>(x, x16, base + j) * inv;
                 norm_add(q, v * v);
             }
             float sq = norm_total(q, ps3, pc3, lane, sg, nsg);
@@ -241,64 +322,68 @@ kernel void rms_norm_f32(device float* y [[buffer(0)]],
         rstd[r.row] = rs;
     }
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float v = xr[j] * rs;
-        yr[j] = norm_has_w ? v * w[j] : v;
+        float v = norm_ld<H>(x, x16, base + j) * rs;
+        norm_st<H>(y, y16, base + j, norm_has_w ? v * norm_ld<H>(w, w16, j) : v);
     }
 }
 
-kernel void rms_norm_backward_f32(device float* dx [[buffer(0)]],
-                                  const device float* dy [[buffer(1)]],
-                                  const device float* x [[buffer(2)]],
-                                  const device float* w [[buffer(3)]],
-                                  const device float* rstd [[buffer(4)]],
-                                  constant NormParams& p [[buffer(5)]],
-                                  uint3 tgpos [[threadgroup_position_in_grid]],
-                                  uint3 ntg [[threadgroups_per_grid]],
-                                  uint tid [[thread_index_in_threadgroup]],
-                                  uint tsize [[threads_per_threadgroup]],
-                                  uint lane [[thread_index_in_simdgroup]],
-                                  uint sg [[simdgroup_index_in_threadgroup]],
-                                  uint nsg [[simdgroups_per_threadgroup]]) {
+template <typename H>
+kernel void rms_norm_backward_t(device uchar* dx [[buffer(0)]],
+                                const device uchar* dy [[buffer(1)]],
+                                const device uchar* x [[buffer(2)]],
+                                const device uchar* w [[buffer(3)]],
+                                const device float* rstd [[buffer(4)]],
+                                constant NormParams& p [[buffer(5)]],
+                                uint3 tgpos [[threadgroup_position_in_grid]],
+                                uint3 ntg [[threadgroups_per_grid]],
+                                uint tid [[thread_index_in_threadgroup]],
+                                uint tsize [[threads_per_threadgroup]],
+                                uint lane [[thread_index_in_simdgroup]],
+                                uint sg [[simdgroup_index_in_threadgroup]],
+                                uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float ps[NORM_MAX_SIMDGROUPS];
     threadgroup float pc[NORM_MAX_SIMDGROUPS];
+    const bool x16 = NormIO<H>::x16();
+    const bool y16 = NormIO<H>::y16();
+    const bool w16 = NormIO<H>::w16();
 
     NormRow r = norm_row(p, tgpos, ntg, tid, tsize, lane, sg, nsg);
     if (!r.ok) {
         return;
     }
     const ulong base = ulong(r.row) * p.cols;
-    const device float* xr = x + base;
-    const device float* gr = dy + base;
-    device float* dr = dx + base;
 
     NormAcc a = norm_acc0();
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float g = norm_has_w ? gr[j] * w[j] : gr[j];
-        norm_add(a, g * xr[j]);
+        float gy = norm_ld<H>(dy, y16, base + j);
+        float g = norm_has_w ? gy * norm_ld<H>(w, w16, j) : gy;
+        norm_add(a, g * norm_ld<H>(x, x16, base + j));
     }
     float sgx = norm_total(a, ps, pc, lane, sg, nsg);
     float rs = rstd[r.row];
     float k = ((sgx / float(p.cols)) * rs) * rs; // in this order: rs² may underflow
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float g = norm_has_w ? gr[j] * w[j] : gr[j];
-        dr[j] = rs * (g - xr[j] * k);
+        float gy = norm_ld<H>(dy, y16, base + j);
+        float g = norm_has_w ? gy * norm_ld<H>(w, w16, j) : gy;
+        norm_st<H>(dx, x16, base + j, rs * (g - norm_ld<H>(x, x16, base + j) * k));
     }
 }
 
-kernel void layer_norm_f32(device float* y [[buffer(0)]],
-                           device float* mean [[buffer(1)]],
-                           device float* rstd [[buffer(2)]],
-                           const device float* x [[buffer(3)]],
-                           const device float* w [[buffer(4)]],
-                           const device float* b [[buffer(5)]],
-                           constant NormParams& p [[buffer(6)]],
-                           uint3 tgpos [[threadgroup_position_in_grid]],
-                           uint3 ntg [[threadgroups_per_grid]],
-                           uint tid [[thread_index_in_threadgroup]],
-                           uint tsize [[threads_per_threadgroup]],
-                           uint lane [[thread_index_in_simdgroup]],
-                           uint sg [[simdgroup_index_in_threadgroup]],
-                           uint nsg [[simdgroups_per_threadgroup]]) {
+template <typename H>
+kernel void layer_norm_t(device uchar* y [[buffer(0)]],
+                         device float* mean [[buffer(1)]],
+                         device float* rstd [[buffer(2)]],
+                         const device uchar* x [[buffer(3)]],
+                         const device uchar* w [[buffer(4)]],
+                         const device uchar* b [[buffer(5)]],
+                         constant NormParams& p [[buffer(6)]],
+                         uint3 tgpos [[threadgroup_position_in_grid]],
+                         uint3 ntg [[threadgroups_per_grid]],
+                         uint tid [[thread_index_in_threadgroup]],
+                         uint tsize [[threads_per_threadgroup]],
+                         uint lane [[thread_index_in_simdgroup]],
+                         uint sg [[simdgroup_index_in_threadgroup]],
+                         uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float ps1[NORM_MAX_SIMDGROUPS];
     threadgroup float pc1[NORM_MAX_SIMDGROUPS];
     threadgroup float ps2[NORM_MAX_SIMDGROUPS];
@@ -306,20 +391,22 @@ kernel void layer_norm_f32(device float* y [[buffer(0)]],
     threadgroup float pm[NORM_MAX_SIMDGROUPS]; // the rare rescaled path
     threadgroup float ps3[NORM_MAX_SIMDGROUPS];
     threadgroup float pc3[NORM_MAX_SIMDGROUPS];
+    const bool x16 = NormIO<H>::x16();
+    const bool y16 = NormIO<H>::y16();
+    const bool w16 = NormIO<H>::w16();
 
     NormRow r = norm_row(p, tgpos, ntg, tid, tsize, lane, sg, nsg);
     if (!r.ok) {
         return;
     }
-    const device float* xr = x + ulong(r.row) * p.cols;
-    device float* yr = y + ulong(r.row) * p.cols;
+    const ulong base = ulong(r.row) * p.cols;
     const float fc = float(p.cols);
 
     // Pass 1: the mean as a float pair mh + ml (so x − μ does not lose the
     // mean's rounding error when |μ| is large against the spread).
     NormAcc a = norm_acc0();
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        norm_add(a, xr[j]);
+        norm_add(a, norm_ld<H>(x, x16, base + j));
     }
     a = norm_simd(a);
     if (!norm_simd_rows && nsg > 1) {
@@ -344,24 +431,24 @@ kernel void layer_norm_f32(device float* y [[buffer(0)]],
     // Pass 2: the variance about the mean.
     NormAcc q = norm_acc0();
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float d = (xr[j] - mh) - ml;
+        float d = (norm_ld<H>(x, x16, base + j) - mh) - ml;
         norm_add(q, d * d);
     }
     float vs = norm_total(q, ps2, pc2, lane, sg, nsg);
     float rs = 1.0f / sqrt(vs / fc + p.eps);
     if (vs == INFINITY) {
-        // (x − μ)² overflowed: as in rms_norm_f32, scale by the largest
+        // (x − μ)² overflowed: as in rms_norm_t, scale by the largest
         // |x − μ| when it is finite.
         float mx = 0.0f;
         for (uint j = r.j0; j < p.cols; j += r.step) {
-            mx = max(mx, fabs((xr[j] - mh) - ml));
+            mx = max(mx, fabs((norm_ld<H>(x, x16, base + j) - mh) - ml));
         }
         mx = norm_row_max(mx, pm, lane, sg, nsg);
         if (isfinite(mx)) {
             const float inv = 1.0f / mx;
             NormAcc q3 = norm_acc0();
             for (uint j = r.j0; j < p.cols; j += r.step) {
-                float d = ((xr[j] - mh) - ml) * inv;
+                float d = ((norm_ld<H>(x, x16, base + j) - mh) - ml) * inv;
                 norm_add(q3, d * d);
             }
             float sq = norm_total(q3, ps3, pc3, lane, sg, nsg);
@@ -379,44 +466,45 @@ kernel void layer_norm_f32(device float* y [[buffer(0)]],
 
     // Pass 3.
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float v = ((xr[j] - mh) - ml) * rs;
+        float v = ((norm_ld<H>(x, x16, base + j) - mh) - ml) * rs;
         if (norm_has_w) {
-            v *= w[j];
+            v *= norm_ld<H>(w, w16, j);
         }
         if (norm_has_b) {
-            v += b[j];
+            v += norm_ld<H>(b, w16, j);
         }
-        yr[j] = v;
+        norm_st<H>(y, y16, base + j, v);
     }
 }
 
-kernel void layer_norm_backward_f32(device float* dx [[buffer(0)]],
-                                    const device float* dy [[buffer(1)]],
-                                    const device float* x [[buffer(2)]],
-                                    const device float* w [[buffer(3)]],
-                                    const device float* mean [[buffer(4)]],
-                                    const device float* rstd [[buffer(5)]],
-                                    constant NormParams& p [[buffer(6)]],
-                                    uint3 tgpos [[threadgroup_position_in_grid]],
-                                    uint3 ntg [[threadgroups_per_grid]],
-                                    uint tid [[thread_index_in_threadgroup]],
-                                    uint tsize [[threads_per_threadgroup]],
-                                    uint lane [[thread_index_in_simdgroup]],
-                                    uint sg [[simdgroup_index_in_threadgroup]],
-                                    uint nsg [[simdgroups_per_threadgroup]]) {
+template <typename H>
+kernel void layer_norm_backward_t(device uchar* dx [[buffer(0)]],
+                                  const device uchar* dy [[buffer(1)]],
+                                  const device uchar* x [[buffer(2)]],
+                                  const device uchar* w [[buffer(3)]],
+                                  const device float* mean [[buffer(4)]],
+                                  const device float* rstd [[buffer(5)]],
+                                  constant NormParams& p [[buffer(6)]],
+                                  uint3 tgpos [[threadgroup_position_in_grid]],
+                                  uint3 ntg [[threadgroups_per_grid]],
+                                  uint tid [[thread_index_in_threadgroup]],
+                                  uint tsize [[threads_per_threadgroup]],
+                                  uint lane [[thread_index_in_simdgroup]],
+                                  uint sg [[simdgroup_index_in_threadgroup]],
+                                  uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float ps1[NORM_MAX_SIMDGROUPS];
     threadgroup float pc1[NORM_MAX_SIMDGROUPS];
     threadgroup float ps2[NORM_MAX_SIMDGROUPS];
     threadgroup float pc2[NORM_MAX_SIMDGROUPS];
+    const bool x16 = NormIO<H>::x16();
+    const bool y16 = NormIO<H>::y16();
+    const bool w16 = NormIO<H>::w16();
 
     NormRow r = norm_row(p, tgpos, ntg, tid, tsize, lane, sg, nsg);
     if (!r.ok) {
         return;
     }
     const ulong base = ulong(r.row) * p.cols;
-    const device float* xr = x + base;
-    const device float* gr = dy + base;
-    device float* dr = dx + base;
     const float mu = mean[r.row];
     const float rs = rstd[r.row];
 
@@ -424,9 +512,10 @@ kernel void layer_norm_backward_f32(device float* dx [[buffer(0)]],
     NormAcc a = norm_acc0();
     NormAcc q = norm_acc0();
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float g = norm_has_w ? gr[j] * w[j] : gr[j];
+        float gy = norm_ld<H>(dy, y16, base + j);
+        float g = norm_has_w ? gy * norm_ld<H>(w, w16, j) : gy;
         norm_add(a, g);
-        norm_add(q, g * (xr[j] - mu));
+        norm_add(q, g * (norm_ld<H>(x, x16, base + j) - mu));
     }
     norm_simd2(a, q);
     if (!norm_simd_rows && nsg > 1) {
@@ -453,24 +542,28 @@ kernel void layer_norm_backward_f32(device float* dx [[buffer(0)]],
     const float mg = norm_value(a) / fc;        // mean of g
     const float mgx = norm_value(q) * rs / fc;  // mean of g·x̂
     for (uint j = r.j0; j < p.cols; j += r.step) {
-        float g = norm_has_w ? gr[j] * w[j] : gr[j];
-        float xh = (xr[j] - mu) * rs;
-        dr[j] = rs * ((g - mg) - xh * mgx);
+        float gy = norm_ld<H>(dy, y16, base + j);
+        float g = norm_has_w ? gy * norm_ld<H>(w, w16, j) : gy;
+        float xh = (norm_ld<H>(x, x16, base + j) - mu) * rs;
+        norm_st<H>(dx, x16, base + j, rs * ((g - mg) - xh * mgx));
     }
 }
 
-// norm_param_grad_f32: thread (column j, row block k) sums its column over
+// norm_param_grad_t: thread (column j, row block k) sums its column over
 // rows k·block … min((k+1)·block, N) − 1 in order. Grid: x over columns,
-// y over the nblocks row blocks. part holds, for dw and then db (those
-// wanted), two planes (nblocks, C): the partial sums and their
-// compensations.
-kernel void norm_param_grad_f32(device float* part [[buffer(0)]],
-                                const device float* dy [[buffer(1)]],
-                                const device float* x [[buffer(2)]],
-                                const device float* mean [[buffer(3)]],
-                                const device float* rstd [[buffer(4)]],
-                                constant NormParams& p [[buffer(5)]],
-                                uint2 gid [[thread_position_in_grid]]) {
+// y over the nblocks row blocks. part (float32) holds, for dw and then db
+// (those wanted), two planes (nblocks, C): the partial sums and their
+// compensations. dy and x are float or H (constants 7 and 6).
+template <typename H>
+kernel void norm_param_grad_t(device float* part [[buffer(0)]],
+                              const device uchar* dy [[buffer(1)]],
+                              const device uchar* x [[buffer(2)]],
+                              const device float* mean [[buffer(3)]],
+                              const device float* rstd [[buffer(4)]],
+                              constant NormParams& p [[buffer(5)]],
+                              uint2 gid [[thread_position_in_grid]]) {
+    const bool x16 = NormIO<H>::x16();
+    const bool y16 = NormIO<H>::y16();
     const uint j = gid.x;
     const uint k = gid.y;
     if (j >= p.cols || k >= p.nblocks) {
@@ -482,11 +575,11 @@ kernel void norm_param_grad_f32(device float* part [[buffer(0)]],
     NormAcc ab = norm_acc0();
     for (uint r = r0; r < r1; r++) {
         const ulong i = ulong(r) * p.cols + j;
-        const float g = dy[i];
+        const float g = norm_ld<H>(dy, y16, i);
         if (norm_want_dw) {
             // g·(x − μ)·rstd with the rounding errors of the subtraction
             // and both products kept in the compensation.
-            float xv = x[i];
+            float xv = norm_ld<H>(x, x16, i);
             float de = 0.0f;
             if (norm_layer) {
                 float mu = -mean[r];
@@ -524,12 +617,14 @@ kernel void norm_param_grad_f32(device float* part [[buffer(0)]],
     }
 }
 
-// norm_col_sum_f32: out_j = Σ_k (part[k·C + j] + comp[k·C + j]) over the
-// nblocks partials (comp the plane after part), in block order.
-kernel void norm_col_sum_f32(device float* out [[buffer(0)]],
-                             const device float* part [[buffer(1)]],
-                             constant NormParams& p [[buffer(2)]],
-                             uint j [[thread_position_in_grid]]) {
+// norm_col_sum_t: out_j = Σ_k (part[k·C + j] + comp[k·C + j]) over the
+// nblocks partials (comp the plane after part), in block order, in float32;
+// out (TO: float, half or bfloat) gets the sum rounded once.
+template <typename TO>
+kernel void norm_col_sum_t(device TO* out [[buffer(0)]],
+                           const device float* part [[buffer(1)]],
+                           constant NormParams& p [[buffer(2)]],
+                           uint j [[thread_position_in_grid]]) {
     if (j >= p.cols) {
         return;
     }
@@ -540,5 +635,26 @@ kernel void norm_col_sum_f32(device float* out [[buffer(0)]],
         norm_add(a, part[o]);
         a.c += part[o + plane];
     }
-    out[j] = norm_value(a);
+    out[j] = norm_narrow<TO>(norm_value(a));
 }
+
+// Instantiations: *_f32 (every view float32), *_f16 and *_bf16 (the
+// call's 16-bit type; which views hold it: function constants 6–8).
+template [[host_name("rms_norm_f32")]] [[kernel]] void rms_norm_t<float>(device uchar*, device float*, const device uchar*, const device uchar*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("rms_norm_f16")]] [[kernel]] void rms_norm_t<half>(device uchar*, device float*, const device uchar*, const device uchar*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("rms_norm_bf16")]] [[kernel]] void rms_norm_t<bfloat>(device uchar*, device float*, const device uchar*, const device uchar*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("rms_norm_backward_f32")]] [[kernel]] void rms_norm_backward_t<float>(device uchar*, const device uchar*, const device uchar*, const device uchar*, const device float*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("rms_norm_backward_f16")]] [[kernel]] void rms_norm_backward_t<half>(device uchar*, const device uchar*, const device uchar*, const device uchar*, const device float*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("rms_norm_backward_bf16")]] [[kernel]] void rms_norm_backward_t<bfloat>(device uchar*, const device uchar*, const device uchar*, const device uchar*, const device float*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("layer_norm_f32")]] [[kernel]] void layer_norm_t<float>(device uchar*, device float*, device float*, const device uchar*, const device uchar*, const device uchar*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("layer_norm_f16")]] [[kernel]] void layer_norm_t<half>(device uchar*, device float*, device float*, const device uchar*, const device uchar*, const device uchar*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("layer_norm_bf16")]] [[kernel]] void layer_norm_t<bfloat>(device uchar*, device float*, device float*, const device uchar*, const device uchar*, const device uchar*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("layer_norm_backward_f32")]] [[kernel]] void layer_norm_backward_t<float>(device uchar*, const device uchar*, const device uchar*, const device uchar*, const device float*, const device float*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("layer_norm_backward_f16")]] [[kernel]] void layer_norm_backward_t<half>(device uchar*, const device uchar*, const device uchar*, const device uchar*, const device float*, const device float*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("layer_norm_backward_bf16")]] [[kernel]] void layer_norm_backward_t<bfloat>(device uchar*, const device uchar*, const device uchar*, const device uchar*, const device float*, const device float*, constant NormParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("norm_param_grad_f32")]] [[kernel]] void norm_param_grad_t<float>(device float*, const device uchar*, const device uchar*, const device float*, const device float*, constant NormParams&, uint2);
+template [[host_name("norm_param_grad_f16")]] [[kernel]] void norm_param_grad_t<half>(device float*, const device uchar*, const device uchar*, const device float*, const device float*, constant NormParams&, uint2);
+template [[host_name("norm_param_grad_bf16")]] [[kernel]] void norm_param_grad_t<bfloat>(device float*, const device uchar*, const device uchar*, const device float*, const device float*, constant NormParams&, uint2);
+template [[host_name("norm_col_sum_f32")]] [[kernel]] void norm_col_sum_t<float>(device float*, const device float*, constant NormParams&, uint);
+template [[host_name("norm_col_sum_f16")]] [[kernel]] void norm_col_sum_t<half>(device half*, const device float*, constant NormParams&, uint);
+template [[host_name("norm_col_sum_bf16")]] [[kernel]] void norm_col_sum_t<bfloat>(device bfloat*, const device float*, constant NormParams&, uint);

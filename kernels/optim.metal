@@ -14,12 +14,8 @@
 //   state[2] = 1 when the norm is NaN or ±Inf, else 0
 // Finiteness is tested on the bits, so it holds under any math mode.
 //
-// adamw_clipped_f32: one AdamW update per element (backend.AdamWParams)
-// from g = grad·state[1] (g itself when the coefficient is 1), in float32:
-//   m ← β1·m + (1−β1)·g,  v ← β2·v + (1−β2)·g²,
-//   w ← w·decay − step·m / (√v·ibc2 + eps)
-// with decay = 1 − lr·wd, step = lr/(1−β1ᵗ), ibc2 = 1/√(1−β2ᵗ). When
-// state[2] is set no thread writes anything (the step is skipped).
+// AdamW reads the state: fused.metal's adamw_f32 with its constant
+// adamw_clipped.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -28,18 +24,6 @@ struct GradClipParams {
     float max_norm;  // 0: no clipping
     float eps;       // added to the norm before dividing (1e-6)
     float unscale;   // 1/loss scale (1 without loss scaling)
-};
-
-struct AdamWClippedParams {
-    uint n;
-    float b1;     // β1
-    float c1;     // 1 − β1
-    float b2;     // β2
-    float c2;     // 1 − β2
-    float ibc2;   // 1/√(1 − β2ᵗ)
-    float eps;    // ε
-    float decay;  // 1 − lr·wd
-    float step;   // lr/(1 − β1ᵗ)
 };
 
 // clip_finite reports whether x is neither NaN nor ±Inf, from its bits.
@@ -83,30 +67,4 @@ kernel void grad_clip_f32(device float* state [[buffer(0)]],
     state[0] = norm;
     state[1] = p.unscale * coef;
     state[2] = skip;
-}
-
-kernel void adamw_clipped_f32(device float* w [[buffer(0)]],
-                              const device float* grad [[buffer(1)]],
-                              device float* m [[buffer(2)]],
-                              device float* v [[buffer(3)]],
-                              const device float* state [[buffer(4)]],
-                              constant AdamWClippedParams& p [[buffer(5)]],
-                              uint gid [[thread_position_in_grid]],
-                              uint gsize [[threads_per_grid]]) {
-    if (state[2] != 0.0f) {
-        return;
-    }
-    const float coef = state[1];
-    for (uint i = gid; i < p.n; i += gsize) {
-        float g = grad[i];
-        if (coef != 1.0f) {
-            g = coef * g;
-        }
-        const float mi = p.b1 * m[i] + p.c1 * g;
-        const float vi = p.b2 * v[i] + p.c2 * (g * g);
-        m[i] = mi;
-        v[i] = vi;
-        const float denom = sqrt(vi) * p.ibc2 + p.eps;
-        w[i] = w[i] * p.decay - p.step * mi / denom;
-    }
 }

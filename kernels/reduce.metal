@@ -1,5 +1,12 @@
 // reduce.metal — Backend.Reduce: sum, max, min, argmax and argmin of a
-// float32 view over its last nred dimensions.
+// float32, float16 or bfloat16 view over its last nred dimensions.
+//
+// Kernels by (src, dst) dtype: reduce_f32 (float32 → float32 or int32),
+// reduce_f16_f32 and reduce_bf16_f32 (16-bit src → float32 values or int32
+// indices), reduce_f16 and reduce_bf16 (16-bit src → the src's dtype, sum,
+// max and min only). 16-bit elements widen exactly on load and every
+// reduction runs in float32 (the sum compensated as for float32); a 16-bit
+// dst rounds the float32 result once on store (exact for max and min).
 //
 // One threadgroup per output (outputs numbered x-fastest over a 2-D grid of
 // threadgroups, so that more than 65535 fit). Its threads walk the reduced extent with a
@@ -16,7 +23,9 @@
 //
 // Function constants:
 //   0 reduce_op   (uint): backend.ReduceOp: 0 sum, 1 max, 2 min, 3 argmax,
-//                         4 argmin. dst is float32 for 0–2, int32 for 3–4.
+//                         4 argmin. dst holds values for 0–2 (float32 bits
+//                         in the 32-bit kernels), int32 indices for 3–4
+//                         (32-bit kernels only).
 //   1 reduce_flat (bool): the reduced extent is one run (rdim == 1): its
 //                         element j is at j·rstrides[0].
 #include <metal_stdlib>
@@ -103,16 +112,42 @@ static inline ReduceState reduce_simd(ReduceState s) {
     return r;
 }
 
-kernel void reduce_f32(device uint* dst [[buffer(0)]],
-                       const device float* src [[buffer(1)]],
-                       constant ReduceParams& p [[buffer(2)]],
-                       uint3 tgpos [[threadgroup_position_in_grid]],
-                       uint3 ntg [[threadgroups_per_grid]],
-                       uint tid [[thread_index_in_threadgroup]],
-                       uint tsize [[threads_per_threadgroup]],
-                       uint lane [[thread_index_in_simdgroup]],
-                       uint sg [[simdgroup_index_in_threadgroup]],
-                       uint nsg [[simdgroups_per_threadgroup]]) {
+// Storage types. Loads widen to float32 (exact). dst words: uint (a 32-bit
+// dst: float32 bits or an int32 index), half or bfloat (a 16-bit dst: the
+// float32 value rounded once, float → half by the hardware conversion,
+// float → bfloat to nearest even in integer arithmetic with NaN kept NaN,
+// quiet, as forge/half rounds; indices are never written there).
+static inline float reduce_load(float x) { return x; }
+static inline float reduce_load(half x) { return float(x); }
+static inline float reduce_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+static inline void reduce_put(device uint* dst, uint i, float v) { dst[i] = as_type<uint>(v); }
+static inline void reduce_put(device half* dst, uint i, float v) { dst[i] = half(v); }
+static inline void reduce_put(device bfloat* dst, uint i, float v) {
+    uint u = as_type<uint>(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        dst[i] = as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    } else {
+        dst[i] = as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+    }
+}
+static inline void reduce_put_index(device uint* dst, uint i, uint idx) { dst[i] = idx; }
+static inline void reduce_put_index(device half*, uint, uint) {}
+static inline void reduce_put_index(device bfloat*, uint, uint) {}
+
+// reduce_t: TS the src element type (float, half, bfloat), TD the dst word
+// (uint, half, bfloat); the instances are listed at the end of the file.
+template <typename TS, typename TD>
+kernel void reduce_t(device TD* dst [[buffer(0)]],
+                     const device TS* src [[buffer(1)]],
+                     constant ReduceParams& p [[buffer(2)]],
+                     uint3 tgpos [[threadgroup_position_in_grid]],
+                     uint3 ntg [[threadgroups_per_grid]],
+                     uint tid [[thread_index_in_threadgroup]],
+                     uint tsize [[threads_per_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]],
+                     uint sg [[simdgroup_index_in_threadgroup]],
+                     uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float part_v[REDUCE_MAX_SIMDGROUPS];
     threadgroup float part_comp[REDUCE_MAX_SIMDGROUPS];
     threadgroup uint part_idx[REDUCE_MAX_SIMDGROUPS];
@@ -151,7 +186,7 @@ kernel void reduce_f32(device uint* dst [[buffer(0)]],
                 off += int(c) * p.rstrides[d];
             }
         }
-        float x = src[base + off];
+        float x = reduce_load(src[base + off]);
         if (reduce_op == R_SUM) {
             s.v = reduce_two_sum(s.v, x, s.comp);
         } else if (isnan(x)) {
@@ -193,11 +228,17 @@ kernel void reduce_f32(device uint* dst [[buffer(0)]],
     }
     if (tid == 0) {
         if (reduce_op == R_ARGMAX || reduce_op == R_ARGMIN) {
-            dst[out] = s.idx;
+            reduce_put_index(dst, out, s.idx);
         } else if (reduce_op == R_SUM) {
-            dst[out] = as_type<uint>(isfinite(s.v) ? s.v + s.comp : s.v);
+            reduce_put(dst, out, isfinite(s.v) ? s.v + s.comp : s.v);
         } else {
-            dst[out] = as_type<uint>(s.v);
+            reduce_put(dst, out, s.v);
         }
     }
 }
+
+template [[host_name("reduce_f32")]] [[kernel]] void reduce_t<float, uint>(device uint*, const device float*, constant ReduceParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("reduce_f16_f32")]] [[kernel]] void reduce_t<half, uint>(device uint*, const device half*, constant ReduceParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("reduce_bf16_f32")]] [[kernel]] void reduce_t<bfloat, uint>(device uint*, const device bfloat*, constant ReduceParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("reduce_f16")]] [[kernel]] void reduce_t<half, half>(device half*, const device half*, constant ReduceParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("reduce_bf16")]] [[kernel]] void reduce_t<bfloat, bfloat>(device bfloat*, const device bfloat*, constant ReduceParams&, uint3, uint3, uint, uint, uint, uint, uint);

@@ -1,5 +1,9 @@
 // softmax.metal — Backend.Softmax (softmax or log-softmax over the last
-// axis) and Backend.SoftmaxBackward, float32, contiguous rows.
+// axis) and Backend.SoftmaxBackward, contiguous rows, on float32, float16
+// or bfloat16 views (one dtype per call: softmax_f32, softmax_f16,
+// softmax_bf16, softmax_backward_*). 16-bit elements widen exactly on load,
+// every step runs in float32 (row statistics included) and each output
+// rounds once on store.
 //
 // One threadgroup per row (rows numbered x-fastest over a 2-D grid of
 // threadgroups, so that more than 65535 fit), two passes over the row. Forward: pass 1 keeps a
@@ -25,16 +29,36 @@ struct SoftmaxParams {
 
 constant bool softmax_log [[function_constant(0)]];
 
-kernel void softmax_f32(device float* y [[buffer(0)]],
-                        const device float* x [[buffer(1)]],
-                        constant SoftmaxParams& p [[buffer(2)]],
-                        uint3 tgpos [[threadgroup_position_in_grid]],
-                        uint3 ntg [[threadgroups_per_grid]],
-                        uint tid [[thread_index_in_threadgroup]],
-                        uint tsize [[threads_per_threadgroup]],
-                        uint lane [[thread_index_in_simdgroup]],
-                        uint sg [[simdgroup_index_in_threadgroup]],
-                        uint nsg [[simdgroups_per_threadgroup]]) {
+// Storage types: loads widen to float32 (exact); stores round once: float
+// → half by the hardware conversion (round to nearest even), float →
+// bfloat to nearest even in integer arithmetic (NaN stays NaN, quiet), as
+// forge/half rounds.
+static inline float softmax_load(float x) { return x; }
+static inline float softmax_load(half x) { return float(x); }
+static inline float softmax_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
+
+template <typename T> static inline T softmax_store(float x);
+template <> inline float softmax_store<float>(float x) { return x; }
+template <> inline half softmax_store<half>(float x) { return half(x); }
+template <> inline bfloat softmax_store<bfloat>(float x) {
+    uint u = as_type<uint>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
+    }
+    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+template <typename T>
+kernel void softmax_t(device T* y [[buffer(0)]],
+                      const device T* x [[buffer(1)]],
+                      constant SoftmaxParams& p [[buffer(2)]],
+                      uint3 tgpos [[threadgroup_position_in_grid]],
+                      uint3 ntg [[threadgroups_per_grid]],
+                      uint tid [[thread_index_in_threadgroup]],
+                      uint tsize [[threads_per_threadgroup]],
+                      uint lane [[thread_index_in_simdgroup]],
+                      uint sg [[simdgroup_index_in_threadgroup]],
+                      uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float part_m[SOFTMAX_MAX_SIMDGROUPS];
     threadgroup float part_s[SOFTMAX_MAX_SIMDGROUPS];
     threadgroup uint part_bad[SOFTMAX_MAX_SIMDGROUPS];
@@ -44,15 +68,15 @@ kernel void softmax_f32(device float* y [[buffer(0)]],
         return; // the whole threadgroup: no barrier is left waiting
     }
 
-    const device float* xr = x + ulong(row) * p.cols;
-    device float* yr = y + ulong(row) * p.cols;
+    const device T* xr = x + ulong(row) * p.cols;
+    device T* yr = y + ulong(row) * p.cols;
 
     // Pass 1: running max and rescaled sum; bad marks NaN or +Inf.
     float m = -INFINITY;
     float s = 0.0f;
     uint bad = 0;
     for (uint j = tid; j < p.cols; j += tsize) {
-        float v = xr[j];
+        float v = softmax_load(xr[j]);
         if (isnan(v) || v == INFINITY) {
             bad = 1;
         } else if (v > m) {
@@ -81,7 +105,7 @@ kernel void softmax_f32(device float* y [[buffer(0)]],
     }
     if (bb != 0 || mm == -INFINITY) {
         for (uint j = tid; j < p.cols; j += tsize) {
-            yr[j] = NAN;
+            yr[j] = softmax_store<T>(NAN);
         }
         return;
     }
@@ -90,26 +114,27 @@ kernel void softmax_f32(device float* y [[buffer(0)]],
     if (softmax_log) {
         float ls = log(ss);
         for (uint j = tid; j < p.cols; j += tsize) {
-            yr[j] = (xr[j] - mm) - ls;
+            yr[j] = softmax_store<T>((softmax_load(xr[j]) - mm) - ls);
         }
     } else {
         for (uint j = tid; j < p.cols; j += tsize) {
-            yr[j] = exp(xr[j] - mm) / ss;
+            yr[j] = softmax_store<T>(exp(softmax_load(xr[j]) - mm) / ss);
         }
     }
 }
 
-kernel void softmax_backward_f32(device float* dx [[buffer(0)]],
-                                 const device float* y [[buffer(1)]],
-                                 const device float* dy [[buffer(2)]],
-                                 constant SoftmaxParams& p [[buffer(3)]],
-                                 uint3 tgpos [[threadgroup_position_in_grid]],
-                                 uint3 ntg [[threadgroups_per_grid]],
-                                 uint tid [[thread_index_in_threadgroup]],
-                                 uint tsize [[threads_per_threadgroup]],
-                                 uint lane [[thread_index_in_simdgroup]],
-                                 uint sg [[simdgroup_index_in_threadgroup]],
-                                 uint nsg [[simdgroups_per_threadgroup]]) {
+template <typename T>
+kernel void softmax_backward_t(device T* dx [[buffer(0)]],
+                               const device T* y [[buffer(1)]],
+                               const device T* dy [[buffer(2)]],
+                               constant SoftmaxParams& p [[buffer(3)]],
+                               uint3 tgpos [[threadgroup_position_in_grid]],
+                               uint3 ntg [[threadgroups_per_grid]],
+                               uint tid [[thread_index_in_threadgroup]],
+                               uint tsize [[threads_per_threadgroup]],
+                               uint lane [[thread_index_in_simdgroup]],
+                               uint sg [[simdgroup_index_in_threadgroup]],
+                               uint nsg [[simdgroups_per_threadgroup]]) {
     threadgroup float part[SOFTMAX_MAX_SIMDGROUPS];
 
     const uint row = tgpos.y * ntg.x + tgpos.x;
@@ -117,14 +142,15 @@ kernel void softmax_backward_f32(device float* dx [[buffer(0)]],
         return;
     }
 
-    const device float* yr = y + ulong(row) * p.cols;
-    const device float* gr = dy + ulong(row) * p.cols;
-    device float* dr = dx + ulong(row) * p.cols;
+    const device T* yr = y + ulong(row) * p.cols;
+    const device T* gr = dy + ulong(row) * p.cols;
+    device T* dr = dx + ulong(row) * p.cols;
 
     // Pass 1: Σ dy·y (softmax) or Σ dy (log-softmax).
     float acc = 0.0f;
     for (uint j = tid; j < p.cols; j += tsize) {
-        acc += softmax_log ? gr[j] : gr[j] * yr[j];
+        float gj = softmax_load(gr[j]);
+        acc += softmax_log ? gj : gj * softmax_load(yr[j]);
     }
     float tot = simd_sum(acc);
     if (nsg > 1) {
@@ -137,10 +163,19 @@ kernel void softmax_backward_f32(device float* dx [[buffer(0)]],
 
     // Pass 2.
     for (uint j = tid; j < p.cols; j += tsize) {
+        float gj = softmax_load(gr[j]);
+        float yj = softmax_load(yr[j]);
         if (softmax_log) {
-            dr[j] = gr[j] - exp(yr[j]) * tot;
+            dr[j] = softmax_store<T>(gj - exp(yj) * tot);
         } else {
-            dr[j] = yr[j] * (gr[j] - tot);
+            dr[j] = softmax_store<T>(yj * (gj - tot));
         }
     }
 }
+
+template [[host_name("softmax_f32")]] [[kernel]] void softmax_t<float>(device float*, const device float*, constant SoftmaxParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("softmax_f16")]] [[kernel]] void softmax_t<half>(device half*, const device half*, constant SoftmaxParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("softmax_bf16")]] [[kernel]] void softmax_t<bfloat>(device bfloat*, const device bfloat*, constant SoftmaxParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("softmax_backward_f32")]] [[kernel]] void softmax_backward_t<float>(device float*, const device float*, const device float*, constant SoftmaxParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("softmax_backward_f16")]] [[kernel]] void softmax_backward_t<half>(device half*, const device half*, const device half*, constant SoftmaxParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("softmax_backward_bf16")]] [[kernel]] void softmax_backward_t<bfloat>(device bfloat*, const device bfloat*, const device bfloat*, constant SoftmaxParams&, uint3, uint3, uint, uint, uint, uint, uint);

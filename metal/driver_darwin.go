@@ -40,12 +40,24 @@ import (
 )
 
 // mslVersion is the Metal Shading Language version the kernels are
-// written for: MTLLanguageVersion3_1 (macOS 14).
+// written for: MTLLanguageVersion3_1 (macOS 14). The files that use Metal
+// 4's tensor operations (kernels/matmul2d.metal: they include
+// <metal_tensor>) compile as MSL 4.0 instead — MTLLanguageVersion4_0 =
+// (4 << 16) + 0, API_AVAILABLE(macos(26.0)) in the macOS 26 SDK's
+// MTLLibrary.h — and only on a device that runs them (TensorOps).
 const (
 	mslVersion      = 3<<16 | 1
 	mslVersionName  = "3.1"
 	mslMinMacOS     = 14
+	msl4Version     = 4 << 16
+	msl4VersionName = "4.0"
 	mtlStorageShare = 0 // MTLResourceStorageModeShared
+
+	// MTLGPUFamily values (MTLDevice.h, macOS 26 SDK): Metal 4 — the GPUs
+	// that run MSL 4.0 and its tensor ops — and Apple10, whose GPU cores
+	// have neural accelerators for them (M5, A19).
+	mtlGPUFamilyMetal4  = 5002
+	mtlGPUFamilyApple10 = 1010
 
 	cbStatusCompleted = 4 // MTLCommandBufferStatusCompleted
 	cbStatusError     = 5 // MTLCommandBufferStatusError
@@ -78,7 +90,7 @@ var rt struct {
 var sel struct {
 	alloc, init, release, retain, respondsTo                         objc.SEL
 	name, utf8, localizedDescription, initWithBytes, count, objectAt objc.SEL
-	processInfo, atLeastVersion                                      objc.SEL
+	processInfo, atLeastVersion, supportsFamily                      objc.SEL
 	newQueue, newBuffer, contents                                    objc.SEL
 	setLanguageVersion, languageVersion, setMathMode, setFastMath    objc.SEL
 	setMathFunctions                                                 objc.SEL
@@ -128,6 +140,7 @@ func resolveRuntime() error {
 	sel.initWithBytes = r("initWithBytes:length:encoding:")
 	sel.count, sel.objectAt = r("count"), r("objectAtIndex:")
 	sel.processInfo, sel.atLeastVersion = r("processInfo"), r("isOperatingSystemAtLeastVersion:")
+	sel.supportsFamily = r("supportsFamily:")
 	sel.newQueue, sel.newBuffer, sel.contents = r("newCommandQueue"), r("newBufferWithLength:options:"), r("contents")
 	sel.setLanguageVersion, sel.languageVersion = r("setLanguageVersion:"), r("languageVersion")
 	sel.setMathMode, sel.setFastMath = r("setMathMode:"), r("setFastMathEnabled:")
@@ -242,6 +255,11 @@ type metalDriver struct {
 	libs    map[string]objc.ID
 	libErrs map[string]error
 	pipes   []*mtlPipeline
+
+	famOnce         sync.Once
+	metal4, apple10 bool // the GPU families of the tensor ops (and macOS 26)
+	tensorOnce      sync.Once
+	tensorOps       driver.TensorOpsLevel
 }
 
 type mathMode struct {
@@ -387,8 +405,72 @@ func (d *metalDriver) NewBuffer(size int) (driver.Buffer, error) {
 	return &mtlBuffer{id: id, b: unsafe.Slice((*byte)(cPointer(p)), size)}, nil
 }
 
+// usesTensorOps reports whether a kernel source includes Metal 4's tensor
+// headers (<metal_tensor>, MetalPerformancePrimitives): it needs MSL 4.0.
+func usesTensorOps(src string) bool {
+	for _, l := range strings.Split(src, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "#") && strings.Contains(l, "include") &&
+			(strings.Contains(l, "<metal_tensor>") || strings.Contains(l, "MetalPerformancePrimitives")) {
+			return true
+		}
+	}
+	return false
+}
+
+// tensorFamilies reports (once) whether the OS is macOS 26 or later and
+// the GPU is in the Metal 4 family (it runs MSL 4.0 and its tensor ops),
+// and whether it is in the Apple10 family (neural accelerators in its GPU
+// cores). The OS check accepts a reported 16.0 too: macOS 26 reports
+// itself as 16 to some binaries built against an older SDK, and there is
+// no macOS 16 to 25.
+func (d *metalDriver) tensorFamilies() (metal4, apple10 bool) {
+	d.famOnce.Do(func() {
+		withPool(func() {
+			if !osAtLeast(16) || !msgBool(d.dev, sel.respondsTo, uintptr(sel.supportsFamily)) {
+				return
+			}
+			d.metal4 = msgBool(d.dev, sel.supportsFamily, mtlGPUFamilyMetal4)
+			d.apple10 = d.metal4 && msgBool(d.dev, sel.supportsFamily, mtlGPUFamilyApple10)
+		})
+	})
+	return d.metal4, d.apple10
+}
+
+// TensorOps implements driver.TensorOps: none unless tensorFamilies finds
+// macOS 26 and a Metal 4 GPU and every tensor-op source file compiles (as
+// MSL 4.0; a failure is said once on stderr); then accelerated on the
+// Apple10 family, else supported. Decided once.
+func (d *metalDriver) TensorOps() driver.TensorOpsLevel {
+	d.tensorOnce.Do(func() {
+		metal4, apple10 := d.tensorFamilies()
+		if !metal4 {
+			return // TensorOpsNone
+		}
+		files := make([]string, 0, 1)
+		for f, src := range d.sources {
+			if usesTensorOps(src) {
+				files = append(files, f)
+			}
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			if _, err := d.library(f); err != nil {
+				fmt.Fprintf(os.Stderr, "metal: %s: Metal 4 tensor ops are off (the simdgroup kernels run instead): %v\n", d.name, err)
+				return // TensorOpsNone
+			}
+		}
+		d.tensorOps = driver.TensorOpsSupported
+		if apple10 {
+			d.tensorOps = driver.TensorOpsAccelerated
+		}
+	})
+	return d.tensorOps
+}
+
 // library returns the compiled library of a source file, compiling it on
-// first use.
+// first use: as MSL 4.0 if it uses tensor ops (on a device that runs
+// them), else as MSL 3.1.
 func (d *metalDriver) library(file string) (objc.ID, error) {
 	if l, ok := d.libs[file]; ok {
 		return l, nil
@@ -396,14 +478,23 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 	if err, ok := d.libErrs[file]; ok {
 		return 0, err
 	}
+	version, versionName := uintptr(mslVersion), mslVersionName
+	if usesTensorOps(d.sources[file]) {
+		if metal4, _ := d.tensorFamilies(); !metal4 {
+			err := fmt.Errorf("metal: %s uses Metal 4 tensor ops, which %s does not run (macOS 26 and a Metal 4 GPU needed)", file, d.name)
+			d.libErrs[file] = err
+			return 0, err
+		}
+		version, versionName = msl4Version, msl4VersionName
+	}
 	var lib objc.ID
 	var err error
 	withPool(func() {
 		opts := msgID(msgID(objc.ID(objc.GetClass("MTLCompileOptions")), sel.alloc), sel.init)
 		defer msg(opts, sel.release)
-		msg(opts, sel.setLanguageVersion, mslVersion)
-		if got := msg(opts, sel.languageVersion); got != mslVersion {
-			err = fmt.Errorf("metal: %s: this macOS refuses MSL %s (language version %#x, got %#x)", file, mslVersionName, mslVersion, got)
+		msg(opts, sel.setLanguageVersion, version)
+		if got := msg(opts, sel.languageVersion); got != version {
+			err = fmt.Errorf("metal: %s: this macOS refuses MSL %s (language version %#x, got %#x)", file, versionName, version, got)
 			return
 		}
 		if msgBool(opts, sel.respondsTo, uintptr(sel.setMathMode)) {

@@ -16,10 +16,7 @@ import (
 // accumulated over the forward (inputs, weights, product, tanh) and the
 // backward (the same again).
 func TestHalfAutograd(t *testing.T) {
-	dev, err := forge.OpenDevice(testDevice())
-	if err != nil {
-		t.Skipf("%s is not available here: %v", testDevice(), err)
-	}
+	dev := openTestDevice(t)
 	g := forge.NewGenerator(1)
 	a := g.Randn(forge.Float32, 33, 20)
 	w := g.Randn(forge.Float32, 20, 17).MulScalar(0.3).RequiresGrad()

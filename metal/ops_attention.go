@@ -3,7 +3,8 @@ package metal
 // Attention and AttentionBackward (kernels/attention.metal): fused
 // FlashAttention-2 kernels on simdgroup_float8x8 fragments for head dims
 // 8, 16, …, 128, and a one-thread-per-row reference path for every other
-// head dim (D % 8 ≠ 0, D > 128, D = 0). The backward runs three kernels:
+// head dim (D % 8 ≠ 0, D > 128, D = 0), on float32, float16 or bfloat16
+// data. The backward runs three kernels:
 // delta = rowsum(dout ∘ out) into a scratch buffer, then dq (parallel over
 // query blocks) and dk/dv (parallel over key blocks, each walking the query
 // blocks of every query head of its kv group, so no atomics and a fixed
@@ -12,15 +13,31 @@ package metal
 // q, k, v, out and dout may be row-strided (backend.RowStridedAttention):
 // stride 1 on D, any non-negative strides on B, H and T. lse, dq, dk and dv
 // are contiguous.
+//
+// Dtypes: q, k, v, out (and in the backward dout, dq, dk, dv) share one
+// dtype — float32, float16 or bfloat16 — and lse is float32; the delta
+// scratch is float32. 16-bit data is widened to float32 where the kernels
+// read it: the scores, softmax statistics, P, dS and every accumulator are
+// float32 (P and dS are not rounded to the 16-bit type before they
+// multiply V, K, Q or dO), and each 16-bit output element is rounded once.
+// The 16-bit kernels thus do the float32 kernels' arithmetic on the widened
+// inputs: their results are the float32 results rounded once. The fast
+// path's 16-bit instances exist at head dims attnHalfDims only, each also
+// serving the smaller multiples of 8 down to the previous one (the kernel
+// reads the call's head dim), to keep the emulator's compile of
+// attention.metal small; the reference kernels take a float32 scratch to
+// accumulate in.
 
 import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/driver"
 )
 
 // Geometry of kernels/attention.metal: ATTN_SG simdgroups of 8 rows at most
@@ -53,30 +70,89 @@ const (
 	kAttentionBack = "attention_backward"
 )
 
+// The delta and reference kernels by dtype (attention_bwd_delta_f32, …),
+// and the float32 ones by name.
 var (
-	kAttnDelta    = kernels.Name("attention", "bwd", "delta", "f32")
-	kAttnNaiveFwd = kernels.Name("attention", "naive", "fwd", "f32")
-	kAttnNaiveDQ  = kernels.Name("attention", "naive", "dq", "f32")
-	kAttnNaiveDKV = kernels.Name("attention", "naive", "dkv", "f32")
+	kAttnDeltaT    = namesByDType("attention", "bwd", "delta")
+	kAttnNaiveFwdT = namesByDType("attention", "naive", "fwd")
+	kAttnNaiveDQT  = namesByDType("attention", "naive", "dq")
+	kAttnNaiveDKVT = namesByDType("attention", "naive", "dkv")
+
+	kAttnDelta    = kAttnDeltaT[backend.Float32]
+	kAttnNaiveFwd = kAttnNaiveFwdT[backend.Float32]
+	kAttnNaiveDQ  = kAttnNaiveDQT[backend.Float32]
+	kAttnNaiveDKV = kAttnNaiveDKVT[backend.Float32]
 )
 
-// attnFastNames holds the fast-path kernel names by part and head dim
-// (d/8), built once: the dispatch path does no formatting.
-var attnFastNames = func() map[string][]string {
-	m := map[string][]string{}
-	for _, part := range []string{"fwd", "bwd_dq", "bwd_dkv"} {
-		names := make([]string, attnMaxFastD/8+1)
-		for d := 8; d <= attnMaxFastD; d += 8 {
-			names[d/8] = kernels.Name("attention", part, fmt.Sprintf("d%d", d), "f32")
+// attnHalfDims are the head dims of the fast path's float16 and bfloat16
+// instances (kernels/attention.metal): a 16-bit call at head dim d runs the
+// smallest one ≥ d. They keep the tile geometry of the head dims they
+// serve (BK = 32 rows up to 32, else 16).
+var attnHalfDims = []int{32, 64, 96, 128}
+
+// attnParts are the fast-path kernel parts.
+var attnParts = []string{"fwd", "bwd_dq", "bwd_dkv"}
+
+// attnFastNames holds the fast-path kernel names by dtype, part and head
+// dim (d/8), built once: the dispatch path does no formatting.
+var attnFastNames = func() (n [backend.BFloat16 + 1]map[string][]string) {
+	for _, dt := range floatTypes {
+		n[dt] = map[string][]string{}
+		for _, part := range attnParts {
+			names := make([]string, attnMaxFastD/8+1)
+			for d := 8; d <= attnMaxFastD; d += 8 {
+				inst := d
+				if dt != backend.Float32 {
+					for i := len(attnHalfDims) - 1; i >= 0 && attnHalfDims[i] >= d; i-- {
+						inst = attnHalfDims[i]
+					}
+				}
+				names[d/8] = kernels.Name("attention", part, fmt.Sprintf("d%d", inst), dtypeTag(dt))
+			}
+			n[dt][part] = names
 		}
-		m[part] = names
 	}
-	return m
+	return n
 }()
 
-// attnFast is the fast-path kernel part ("fwd", "bwd_dq", "bwd_dkv") at
-// head dim d (a multiple of 8 up to attnMaxFastD).
-func attnFast(part string, d int) string { return attnFastNames[part][d/8] }
+// attnFast is the float32 fast-path kernel part ("fwd", "bwd_dq",
+// "bwd_dkv") at head dim d (a multiple of 8 up to attnMaxFastD).
+func attnFast(part string, d int) string { return attnFastNames[backend.Float32][part][d/8] }
+
+// attnFastT is attnFast for data of dtype dt.
+func attnFastT(dt backend.DType, part string, d int) string { return attnFastNames[dt][part][d/8] }
+
+// attnDType checks the dtypes of one call — the data views (q, k, v, out,
+// and dout, dq, dk, dv in the backward) all float32, all float16 or all
+// bfloat16, lse float32 — and returns the data's dtype. names label the
+// data views. Float64 gets the backend's float64 message.
+func attnDType(op string, lse backend.View, names []string, data ...backend.View) backend.DType {
+	checkKernelDType(op, floatTypes, append([]backend.View{lse}, data...)...)
+	tag := func(v backend.View) string {
+		if v.Buf == nil {
+			return "none"
+		}
+		return v.DType().String()
+	}
+	dt := backend.Float32
+	if data[0].Buf != nil {
+		dt = data[0].DType()
+	}
+	ok := tag(lse) == backend.Float32.String()
+	for _, v := range data {
+		ok = ok && tag(v) == dt.String()
+	}
+	if ok {
+		return dt
+	}
+	var got strings.Builder
+	for i, v := range data {
+		fmt.Fprintf(&got, "%s %s, ", names[i], tag(v))
+	}
+	fmt.Fprintf(&got, "lse %s", tag(lse))
+	panic(fmt.Sprintf("metal: %s: no kernel for dtypes %s (want %s all float32, all float16 or all bfloat16, and lse float32)",
+		op, got.String(), strings.Join(names, ", ")))
+}
 
 // attnParams mirrors AttnParams in kernels/attention.metal.
 type attnParams struct {
@@ -210,15 +286,24 @@ func attnAt(x backend.View, n int) backend.View {
 	return x
 }
 
+// attnScratch allocates the float32 accumulators (n floats) of a 16-bit
+// reference kernel; the caller frees the buffer (reused only after the
+// command buffer completes).
+func (b *Backend) attnScratch(n int) backend.View {
+	buf := b.Alloc(backend.Float32, max(n, 1))
+	return backend.View{Buf: buf, Shape: []int{max(n, 1)}, Strides: []int{1}}
+}
+
 // attnNaiveGrid is the grid of a reference kernel over n rows.
 func attnNaiveGrid(n int) (groups, threads [3]int) {
 	return rowGrid((n + attnNaiveThreads - 1) / attnNaiveThreads), [3]int{attnNaiveThreads, 1, 1}
 }
 
 // Attention computes out = softmax(scale·q·kᵀ [causal mask])·v and the row
-// log-sum-exp lse of the scaled, masked scores, float32.
+// log-sum-exp lse of the scaled, masked scores: q, k, v and out float32,
+// float16 or bfloat16 (one dtype), lse float32, float32 arithmetic.
 func (b *Backend) Attention(out, lse, q, k, v backend.View, p backend.AttentionParams) {
-	checkKernelDType(kAttention, onlyF32, out, lse, q, k, v)
+	dt := attnDType(kAttention, lse, []string{"out", "q", "k", "v"}, out, q, k, v)
 	s := attnCheck(kAttention, q, k, v)
 	prm := s.params(kAttention, p, q, k, v, out, backend.View{})
 	attnContiguous(kAttention, "lse", lse, s.B*s.H*s.Tq)
@@ -228,15 +313,22 @@ func (b *Backend) Attention(out, lse, q, k, v backend.View, p backend.AttentionP
 	}
 	causal := cBool(0, p.Causal)
 	if !s.fast() {
-		key := pkey(kAttnNaiveFwd, causal)
+		name := kAttnNaiveFwdT[dt]
+		key := pkey(name, causal)
 		groups, threads := attnNaiveGrid(rows)
-		b.run(kAttnNaiveFwd, key, groups, threads, b.arg(out), b.arg(lse), b.arg(q), b.arg(k), b.arg(v), bytesArg(prm))
+		args := []driver.Arg{b.arg(out), b.arg(lse), b.arg(q), b.arg(k), b.arg(v), bytesArg(prm)}
+		if dt != backend.Float32 {
+			acc := b.attnScratch(rows * s.D) // float32 accumulators, a row per output row
+			defer b.Free(acc.Buf)
+			args = append(args, b.arg(acc))
+		}
+		b.run(name, key, groups, threads, args...)
 		return
 	}
 	if s.H > attnMaxGrid {
 		panic(fmt.Sprintf("metal: %s: %d heads, more than the grid's %d", kAttention, s.H, attnMaxGrid))
 	}
-	name := attnFast("fwd", s.D)
+	name := attnFastT(dt, "fwd", s.D)
 	key := pkey(name, causal)
 	nsg, nqb := attnGroups(s.Tq)
 	attnBatches(s.B, func(b0, nb int) {
@@ -249,10 +341,11 @@ func (b *Backend) Attention(out, lse, q, k, v backend.View, p backend.AttentionP
 }
 
 // AttentionBackward writes dq, dk and dv (overwriting them) from the
-// forward's inputs, its output and lse, and the upstream gradient dout,
-// float32.
+// forward's inputs, its output and lse, and the upstream gradient dout:
+// q, k, v, out, dout, dq, dk and dv float32, float16 or bfloat16 (one
+// dtype), lse float32, float32 arithmetic.
 func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.View, p backend.AttentionParams) {
-	checkKernelDType(kAttentionBack, onlyF32, dq, dk, dv, q, k, v, out, lse, dout)
+	dt := attnDType(kAttentionBack, lse, []string{"dq", "dk", "dv", "q", "k", "v", "out", "dout"}, dq, dk, dv, q, k, v, out, dout)
 	s := attnCheck(kAttentionBack, q, k, v)
 	prm := s.params(kAttentionBack, p, q, k, v, out, dout)
 	qn, kn := s.B*s.H*s.Tq, s.B*s.Hkv*s.Tk
@@ -271,7 +364,8 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 		buf := b.Alloc(backend.Float32, qn)
 		defer b.Free(buf) // reused only after the command buffer completes
 		delta = backend.View{Buf: buf, Shape: []int{qn}, Strides: []int{1}}
-		b.run(kAttnDelta, pkey(kAttnDelta), rowGrid((qn+attnDeltaRows-1)/attnDeltaRows), [3]int{32 * attnDeltaRows, 1, 1},
+		name := kAttnDeltaT[dt]
+		b.run(name, pkey(name), rowGrid((qn+attnDeltaRows-1)/attnDeltaRows), [3]int{32 * attnDeltaRows, 1, 1},
 			b.arg(delta), b.arg(out), b.arg(dout), bytesArg(prm))
 	} else {
 		delta = backend.View{} // no query rows: dk = dv = 0
@@ -279,16 +373,28 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 
 	if !s.fast() {
 		if qn > 0 {
-			key := pkey(kAttnNaiveDQ, causal)
+			name := kAttnNaiveDQT[dt]
+			key := pkey(name, causal)
 			groups, threads := attnNaiveGrid(qn)
-			b.run(kAttnNaiveDQ, key, groups, threads, b.arg(dq), b.arg(q), b.arg(k), b.arg(v), b.arg(dout),
-				b.arg(lse), b.arg(delta), bytesArg(prm))
+			args := []driver.Arg{b.arg(dq), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
+			if dt != backend.Float32 {
+				acc := b.attnScratch(qn * s.D)
+				defer b.Free(acc.Buf)
+				args = append(args, b.arg(acc))
+			}
+			b.run(name, key, groups, threads, args...)
 		}
 		if kn > 0 {
-			key := pkey(kAttnNaiveDKV, causal)
+			name := kAttnNaiveDKVT[dt]
+			key := pkey(name, causal)
 			groups, threads := attnNaiveGrid(kn)
-			b.run(kAttnNaiveDKV, key, groups, threads, b.arg(dk), b.arg(dv), b.arg(q), b.arg(k), b.arg(v), b.arg(dout),
-				b.arg(lse), b.arg(delta), bytesArg(prm))
+			args := []driver.Arg{b.arg(dk), b.arg(dv), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
+			if dt != backend.Float32 {
+				acc := b.attnScratch(2 * kn * s.D) // dk's rows, then dv's
+				defer b.Free(acc.Buf)
+				args = append(args, b.arg(acc))
+			}
+			b.run(name, key, groups, threads, args...)
 		}
 		return
 	}
@@ -296,7 +402,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 		panic(fmt.Sprintf("metal: %s: %d heads, more than the grid's %d", kAttentionBack, s.H, attnMaxGrid))
 	}
 	if qn > 0 {
-		name := attnFast("bwd_dq", s.D)
+		name := attnFastT(dt, "bwd_dq", s.D)
 		key := pkey(name, causal)
 		nsg, nqb := attnGroups(s.Tq)
 		attnBatches(s.B, func(b0, nb int) {
@@ -310,7 +416,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 		})
 	}
 	if kn > 0 {
-		name := attnFast("bwd_dkv", s.D)
+		name := attnFastT(dt, "bwd_dkv", s.D)
 		key := pkey(name, causal)
 		nsg, nkb := attnGroups(s.Tk)
 		attnBatches(s.B, func(b0, nb int) {

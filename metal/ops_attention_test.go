@@ -49,10 +49,7 @@ func attnDevice(t *testing.T) *Backend {
 		attnDev = New(drv)
 	})
 	if attnDevErr != nil {
-		if strings.Contains(attnDevErr.Error(), "attention.metal") {
-			t.Fatalf("attention.metal does not build: %v", attnDevErr)
-		}
-		t.Skipf("metal-emu is not available here: %v", attnDevErr)
+		skipUnavailable(t, attnDevErr)
 	}
 	return attnDev
 }

@@ -1,8 +1,10 @@
 package metal
 
 // CrossEntropy and CrossEntropyBackward (kernels/crossentropy.metal): the
-// fused classifier loss over float32 logits (N, V), one threadgroup per
-// row; the softmax is never stored.
+// fused classifier loss over float32, float16 or bfloat16 logits (N, V),
+// one threadgroup per row; the softmax is never stored. loss and lse are
+// float32 for every logits dtype; dlogits has the logits' dtype (16-bit:
+// computed in float32, rounded once).
 
 import (
 	"fmt"
@@ -13,8 +15,10 @@ import (
 )
 
 var (
-	kCrossEntropy     = kernels.Name("cross_entropy", "f32")
-	kCrossEntropyBack = kernels.Name("cross_entropy", "backward", "f32")
+	kCrossEntropy       = kernels.Name("cross_entropy", "f32")
+	kCrossEntropyBack   = kernels.Name("cross_entropy", "backward", "f32")
+	kCrossEntropyBy     = namesByDType("cross_entropy")
+	kCrossEntropyBackBy = namesByDType("cross_entropy", "backward")
 )
 
 // crossEntropyParams mirrors CrossEntropyParams in
@@ -36,8 +40,18 @@ const (
 
 // ceSetup checks the views of a cross-entropy kernel and returns the rows,
 // the vocabulary and the parameter block (with the targets' binding).
-func ceSetup(kernel string, logits, targets backend.View, ignore int, views ...backend.View) (n, v int, prm crossEntropyParams) {
-	checkKernelDType(kernel, onlyF32, append(views, logits)...)
+// logits are float32, float16 or bfloat16; same (dlogits) must have the
+// logits' dtype, f32 (loss, lse) must be float32; views with a nil Buf are
+// skipped.
+func ceSetup(kernel string, logits, targets backend.View, ignore int, same, f32 []backend.View) (n, v int, prm crossEntropyParams) {
+	checkKernelDType(kernel, floatTypes, logits)
+	checkKernelDType(kernel, floatTypes, same...)
+	checkKernelDType(kernel, onlyF32, f32...)
+	for _, s := range same {
+		if s.Buf != nil && s.DType() != logits.DType() {
+			panic(fmt.Sprintf("metal: %s: dlogits %v for %v logits (dlogits has the logits' dtype)", kernel, s.DType(), logits.DType()))
+		}
+	}
 	if targets.DType() != backend.Int32 {
 		panic(fmt.Sprintf("metal: %s: targets must be int32, got %v", kernel, targets.DType()))
 	}
@@ -77,39 +91,47 @@ func (b *Backend) ceThreads(kernel string, n, v int) int {
 
 // CrossEntropy writes loss (N), −log softmax(logits)[target] or 0 where
 // target == ignore, and lse (N), the row log-sum-exp; either may have a nil
-// Buf (not written).
+// Buf (not written). logits are float32, float16 or bfloat16 (widened,
+// float32 math); loss and lse are float32.
 func (b *Backend) CrossEntropy(loss, lse, logits, targets backend.View, ignore int) {
-	n, v, prm := ceSetup(kCrossEntropy, logits, targets, ignore, loss, lse)
+	n, v, prm := ceSetup(kCrossEntropy, logits, targets, ignore, nil, []backend.View{loss, lse})
 	if n == 0 {
 		return
 	}
+	kernel := kCrossEntropyBy[logits.DType()]
 	if loss.Buf != nil {
 		prm.Flags |= ceWriteLoss
 	}
 	if lse.Buf != nil {
 		prm.Flags |= ceWriteLSE
 	}
-	t := b.ceThreads(kCrossEntropy, n, v)
-	b.run(kCrossEntropy, pkey(kCrossEntropy), rowGrid(n), [3]int{t, 1, 1},
+	t := b.ceThreads(kernel, n, v)
+	b.run(kernel, pkey(kernel), rowGrid(n), [3]int{t, 1, 1},
 		b.arg(loss), b.arg(lse), b.arg(logits), b.arg(targets), bytesArg(prm))
 }
 
 // CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
 // onehot(target)) from the saved lse, zero rows where target == ignore.
 // dlogits may be logits itself (the same view: an in-place update).
+// dlogits has the logits' dtype (float32, float16 or bfloat16: float32
+// math, a 16-bit dlogits rounded once); lse is float32.
 func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.View, ignore int, scale float64) {
-	n, v, prm := ceSetup(kCrossEntropyBack, logits, targets, ignore, dlogits, lse)
+	n, v, prm := ceSetup(kCrossEntropyBack, logits, targets, ignore, []backend.View{dlogits}, []backend.View{lse})
 	if n == 0 || v == 0 {
 		return
 	}
+	kernel := kCrossEntropyBackBy[logits.DType()]
 	if !dlogits.IsContiguous() {
-		panic(fmt.Sprintf("metal: %s: dlogits must be contiguous", kCrossEntropyBack))
+		panic(fmt.Sprintf("metal: %s: dlogits must be contiguous", kernel))
 	}
 	prm.Scale = float32(scale)
-	t := b.ceThreads(kCrossEntropyBack, n, v)
-	b.run(kCrossEntropyBack, pkey(kCrossEntropyBack), rowGrid(n), [3]int{t, 1, 1},
+	t := b.ceThreads(kernel, n, v)
+	b.run(kernel, pkey(kernel), rowGrid(n), [3]int{t, 1, 1},
 		b.arg(dlogits), b.arg(logits), b.arg(lse), b.arg(targets), bytesArg(prm))
 }
 
 // crossEntropyKernels lists the kernels of this file (for the tests).
-var crossEntropyKernels = []string{kCrossEntropy, kCrossEntropyBack}
+var crossEntropyKernels = []string{
+	kCrossEntropyBy[backend.Float32], kCrossEntropyBy[backend.Float16], kCrossEntropyBy[backend.BFloat16],
+	kCrossEntropyBackBy[backend.Float32], kCrossEntropyBackBy[backend.Float16], kCrossEntropyBackBy[backend.BFloat16],
+}

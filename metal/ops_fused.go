@@ -1,6 +1,10 @@
 package metal
 
 // SwiGLU, SwiGLUBackward, SumSquares and AdamW (kernels/fused.metal).
+//
+// SwiGLU and SwiGLUBackward also run on float16 and bfloat16 views (all of
+// one dtype: float32 math, each output rounded once), SumSquares on a
+// float16 or bfloat16 src (float32 dst); AdamW is float32 only.
 
 import (
 	"fmt"
@@ -15,7 +19,23 @@ var (
 	kSwiGLUBack = kernels.Name("swiglu", "backward", "f32")
 	kSumSquares = kernels.Name("sum_squares", "f32")
 	kAdamW      = kernels.Name("adamw", "f32")
+
+	// adamw_f32's pipelines without and with the clip state (constant 1).
+	kAdamWPlain = pkey(kAdamW, cBool(1, false))
+	kAdamWClip  = pkey(kAdamW, cBool(1, true))
+
+	kSwiGLUBy     = namesByDType("swiglu")
+	kSwiGLUBackBy = namesByDType("swiglu", "backward")
+	kSumSquaresBy = namesByDType("sum_squares")
 )
+
+// fusedHalfKernels lists the float16 and bfloat16 kernels of this file
+// (for the tests).
+var fusedHalfKernels = []string{
+	kSwiGLUBy[backend.Float16], kSwiGLUBy[backend.BFloat16],
+	kSwiGLUBackBy[backend.Float16], kSwiGLUBackBy[backend.BFloat16],
+	kSumSquaresBy[backend.Float16], kSumSquaresBy[backend.BFloat16],
+}
 
 // fusedParams mirrors FusedParams in kernels/fused.metal.
 type fusedParams struct {
@@ -26,6 +46,20 @@ type fusedParams struct {
 // first one's element count; it returns that count.
 func checkFused(kernel string, views ...backend.View) int {
 	checkKernelDType(kernel, onlyF32, views...)
+	return checkFusedShapes(kernel, views...)
+}
+
+// checkFused16 is checkFused for the kernels that also take float16 and
+// bfloat16: every view float32, float16 or bfloat16, all of one dtype.
+func checkFused16(kernel string, views ...backend.View) int {
+	checkKernelDType(kernel, floatTypes, views...)
+	sameDType(kernel, views...)
+	return checkFusedShapes(kernel, views...)
+}
+
+// checkFusedShapes panics unless every view is contiguous and of the first
+// one's element count; it returns that count.
+func checkFusedShapes(kernel string, views ...backend.View) int {
 	n := views[0].Numel()
 	for _, v := range views {
 		if v.Buf == nil {
@@ -43,27 +77,33 @@ func checkFused(kernel string, views ...backend.View) int {
 }
 
 // SwiGLU writes y = silu(a)·b, with silu(a) rounded to float32 first (the
-// unfused composition's result on this backend, bit for bit).
+// unfused composition's result on this backend, bit for bit). float16 and
+// bfloat16 views (all of one dtype) are widened, computed the same way in
+// float32 and y rounded once (silu(a) is not rounded to 16 bits).
 func (b *Backend) SwiGLU(y, a, bv backend.View) {
-	n := checkFused(kSwiGLU, y, a, bv)
+	n := checkFused16(kSwiGLU, y, a, bv)
 	if n == 0 {
 		return
 	}
-	key := pkey(kSwiGLU)
+	kernel := kSwiGLUBy[y.DType()]
+	key := pkey(kernel)
 	groups, threads := b.ewGrid(key, n)
-	b.run(kSwiGLU, key, groups, threads, b.arg(y), b.arg(a), b.arg(bv), bytesArg(fusedParams{uint32(n)}))
+	b.run(kernel, key, groups, threads, b.arg(y), b.arg(a), b.arg(bv), bytesArg(fusedParams{uint32(n)}))
 }
 
 // SwiGLUBackward writes da = g·b·silu'(a) and db = g·silu(a), with g·b and
 // silu(a) rounded to float32 first (the unfused composition's results).
+// float16 and bfloat16 views (all of one dtype) are widened, computed the
+// same way in float32 and da, db rounded once.
 func (b *Backend) SwiGLUBackward(da, db, a, bv, g backend.View) {
-	n := checkFused(kSwiGLUBack, da, db, a, bv, g)
+	n := checkFused16(kSwiGLUBack, da, db, a, bv, g)
 	if n == 0 {
 		return
 	}
-	key := pkey(kSwiGLUBack)
+	kernel := kSwiGLUBackBy[da.DType()]
+	key := pkey(kernel)
 	groups, threads := b.ewGrid(key, n)
-	b.run(kSwiGLUBack, key, groups, threads, b.arg(da), b.arg(db), b.arg(a), b.arg(bv), b.arg(g),
+	b.run(kernel, key, groups, threads, b.arg(da), b.arg(db), b.arg(a), b.arg(bv), b.arg(g),
 		bytesArg(fusedParams{uint32(n)}))
 }
 
@@ -77,11 +117,15 @@ type sumSqParams struct {
 // size, a function of the element count and the device only).
 const sumSqBlock = 1 << 14
 
-// SumSquares writes Σ src² (src float32, contiguous) into the one-element
-// view dst (any offset): per-block compensated partial sums, then the
-// partials in block order — deterministic.
+// SumSquares writes Σ src² (src float32, float16 or bfloat16, contiguous)
+// into the one-element float32 view dst (any offset): per-block
+// compensated partial sums, then the partials in block order —
+// deterministic. A 16-bit src is widened (its squares are then exact in
+// float32).
 func (b *Backend) SumSquares(dst, src backend.View) {
-	checkKernelDType(kSumSquares, onlyF32, dst, src)
+	checkKernelDType(kSumSquares, floatTypes, src)
+	checkKernelDType(kSumSquares, onlyF32, dst)
+	pass1 := kSumSquaresBy[src.DType()]
 	if dst.Numel() != 1 {
 		panic(fmt.Sprintf("metal: %s: dst %v must hold one element", kSumSquares, dst.Shape))
 	}
@@ -94,18 +138,18 @@ func (b *Backend) SumSquares(dst, src backend.View) {
 		b.Fill(one, 0)
 		return
 	}
-	checkCount(kSumSquares, n)
-	sq, add := pkey(kSumSquares, cBool(0, true)), pkey(kSumSquares, cBool(0, false))
+	checkCount(pass1, n)
+	sq, add := pkey(pass1, cBool(0, true)), pkey(kSumSquares, cBool(0, false))
 	nb := (n + sumSqBlock - 1) / sumSqBlock
 	t1 := rowThreads(min(n, sumSqBlock), 256, b.pipelineFor(sq).MaxThreads(), b.pipelineFor(sq).SIMDWidth())
 	if nb == 1 {
-		b.run(kSumSquares, sq, [3]int{1, 1, 1}, [3]int{t1, 1, 1}, b.arg(one), b.arg(src),
+		b.run(pass1, sq, [3]int{1, 1, 1}, [3]int{t1, 1, 1}, b.arg(one), b.arg(src),
 			bytesArg(sumSqParams{uint32(n), sumSqBlock}))
 		return
 	}
 	part := b.Alloc(backend.Float32, nb)
 	defer b.Free(part)
-	b.run(kSumSquares+".blocks", sq, [3]int{nb, 1, 1}, [3]int{t1, 1, 1}, b.arg(backend.View{Buf: part}), b.arg(src),
+	b.run(pass1+".blocks", sq, [3]int{nb, 1, 1}, [3]int{t1, 1, 1}, b.arg(backend.View{Buf: part}), b.arg(src),
 		bytesArg(sumSqParams{uint32(n), sumSqBlock}))
 	t2 := rowThreads(nb, 1024, b.pipelineFor(add).MaxThreads(), b.pipelineFor(add).SIMDWidth())
 	b.run(kSumSquares+".total", add, [3]int{1, 1, 1}, [3]int{t2, 1, 1}, b.arg(one), b.arg(backend.View{Buf: part}),
@@ -133,10 +177,24 @@ func splitF64(x float64) [2]float32 {
 // stored value is the CPU's float64 result rounded once, except at rare
 // rounding ties (see kernels/fused.metal).
 func (b *Backend) AdamW(param, grad, m, v backend.View, p backend.AdamWParams) {
+	b.adamw(param, grad, m, v, backend.View{}, p)
+}
+
+// adamw runs adamw_f32 on param, grad, m and v (float32, contiguous, of
+// one size), reading the clip state state (scale and skip, constant
+// adamw_clipped) when its Buf is not nil.
+func (b *Backend) adamw(param, grad, m, v, state backend.View, p backend.AdamWParams) {
 	if p.Step < 1 {
 		panic(fmt.Sprintf("metal: %s: step %d must be ≥ 1", kAdamW, p.Step))
 	}
 	n := checkFused(kAdamW, param, grad, m, v)
+	clipped := state.Buf != nil
+	if clipped {
+		checkKernelDType(kAdamW, onlyF32, state)
+		if state.Numel() != backend.ClipStateLen || !state.IsContiguous() {
+			panic(fmt.Sprintf("metal: %s: clip state %v must hold %d contiguous elements", kAdamW, state.Shape, backend.ClipStateLen))
+		}
+	}
 	if n == 0 {
 		return
 	}
@@ -152,7 +210,11 @@ func (b *Backend) AdamW(param, grad, m, v backend.View, p backend.AdamWParams) {
 		Decay:  splitF64(1 - p.LR*p.WeightDecay),
 		StepSz: splitF64(p.LR / (1 - math.Pow(p.Beta1, t))),
 	}
-	key := pkey(kAdamW)
+	key, label := kAdamWPlain, kAdamW
+	if clipped {
+		key, label = kAdamWClip, kAdamWClipped
+	}
 	groups, threads := b.ewGrid(key, n)
-	b.run(kAdamW, key, groups, threads, b.arg(param), b.arg(grad), b.arg(m), b.arg(v), bytesArg(ap))
+	// Unclipped, buffer 5 is bound to a placeholder the kernel never reads.
+	b.run(label, key, groups, threads, b.arg(param), b.arg(grad), b.arg(m), b.arg(v), bytesArg(ap), b.arg(state))
 }

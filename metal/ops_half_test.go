@@ -901,8 +901,9 @@ func BenchmarkHalf(b *testing.B) {
 	}
 }
 
-// TestHalfRefused: mixed dtypes within one elementwise call, and the ops
-// that have no 16-bit kernels, panic naming the kernel.
+// TestHalfRefused: dtype combinations no kernel takes (mixed 16-bit
+// dtypes, a 16-bit output from float32 inputs, int32 arithmetic) panic
+// naming the kernel.
 func TestHalfRefused(t *testing.T) {
 	e := newOpsEnv(t)
 	h, _ := e.newPair16(backend.Float16, contig(4), e.normal)
@@ -916,10 +917,10 @@ func TestHalfRefused(t *testing.T) {
 		"binary f16 f16 bf16": func() { e.dev.Binary(backend.Add, h.dev, h.dev, bf.dev) },
 		"binary int32":        func() { e.dev.Binary(backend.Add, i.dev, i.dev, i.dev) },
 		"where f16←f32":       func() { e.dev.Where(h.dev, i.dev, f.dev, h.dev) },
-		"reduce f16": func() {
-			e.dev.Reduce(backend.ReduceSum, backend.View{Buf: r.dev.Buf, Shape: []int{}, Strides: []int{}}, h.dev, 1)
+		"reduce int32 into f32": func() {
+			e.dev.Reduce(backend.ReduceSum, backend.View{Buf: r.dev.Buf, Shape: []int{}, Strides: []int{}}, i.dev, 1)
 		},
-		"softmax bf16":         func() { e.dev.Softmax(bf.dev, bf.dev, false) },
+		"softmax f16←bf16":     func() { e.dev.Softmax(h.dev, bf.dev, false) },
 		"matmul f16 into bf16": func() { e.dev.MatMul(bf.dev, h.dev, h.dev, false) },
 	} {
 		if msg := opsPanic(fn); msg == "no panic" || len(msg) < 7 || msg[:7] != "metal: " {

@@ -41,15 +41,49 @@ package metal
 // chip's 8–10 cores and a Max's 30–40 — too low a guess only under-splits
 // a large GPU, too high over-splits a small one, which costs scratch
 // traffic but no correctness). FORGE_METAL_MATMUL=nosplit turns split-K off.
+//
+// # Tensor ops (matmul2d)
+//
+// kernels/matmul2d.metal computes the same products with Metal 4's tensor
+// operations (MetalPerformancePrimitives' matmul2d, MSL 4.0), which run on
+// the neural accelerators of Apple10-family GPUs (M5, A19 and later). The
+// device's level comes from the driver (the optional driver.TensorOps):
+// the Metal driver says none before macOS 26, on a GPU outside the Metal 4
+// family, or when matmul2d.metal does not compile; supported on Metal 4
+// GPUs without neural accelerators; accelerated on the Apple10 family. The
+// emulator, whose shim implements the tensor ops, counts as accelerated
+// (so CI runs the variant) unless FORGE_EMU_TENSOR_OPS=0.
+//
+// The rule (decided per product, from values fixed at start-up or by the
+// driver once): a product goes to matmul2d when
+//
+//   - the path allows it: FORGE_METAL_MATMUL unset (auto) needs an
+//     accelerated device, FORGE_METAL_MATMUL=matmul2d any device that runs
+//     tensor ops at all, FORGE_METAL_MATMUL=simdgroup (or naive) never;
+//   - it is not split (split-K keeps the simdgroup kernels: matmul2d has no
+//     split form yet);
+//   - both operands have the layouts matmul2d.metal takes: unit stride
+//     along one axis (row- or column-major, a transposed matrix seen through
+//     a view) and an outer stride no smaller than that axis's extent;
+//     anything else (a non-unit inner stride, overlapping rows) runs the
+//     simdgroup kernel, which reads any strides;
+//   - its pipeline compiles; if not, the backend says so once on stderr
+//     and never tries matmul2d again.
+//
+// FORGE_METAL_MATMUL takes a comma-separated list: naive, nosplit,
+// simdgroup, matmul2d.
 
 import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/driver"
 )
 
 // Tile geometry of matmul_f32 (MM_BM, MM_BN, MM_BK, MM_THREADS in
@@ -62,6 +96,10 @@ const (
 	mmMaxBatch   = 4
 	mmNaiveTile  = 16
 	mmMaxZGroups = 65535 // batches per dispatch (the grid's z extent)
+
+	m2BM      = 64  // dst rows per matmul2d threadgroup (M2_BM in kernels/matmul2d.metal)
+	m2BN      = 32  // … dst columns (M2_BN)
+	m2Threads = 128 // … threads: the op's execution_simdgroups<4>
 
 	mmSplitMinSteps = 8  // MM_BK steps per split at least
 	mmSplitMax      = 32 // partial products at most
@@ -77,13 +115,125 @@ var naiveMatMul atomic.Bool
 // noSplitK turns split-K off: FORGE_METAL_MATMUL=nosplit; tests compare.
 var noSplitK atomic.Bool
 
+// The tiled path (matmulPath): matmul2d by the device's level (auto), never
+// (FORGE_METAL_MATMUL=simdgroup) or wherever the device runs tensor ops
+// (FORGE_METAL_MATMUL=matmul2d). Tests set it.
+const (
+	pathAuto int32 = iota
+	pathSimdgroup
+	pathMatMul2D
+)
+
+var matmulPath atomic.Int32
+
+// emuTensorOpsOff makes the emulator report no tensor ops:
+// FORGE_EMU_TENSOR_OPS=0; tests set it.
+var emuTensorOpsOff atomic.Bool
+
 func init() {
-	switch os.Getenv("FORGE_METAL_MATMUL") {
-	case "naive":
-		naiveMatMul.Store(true)
-	case "nosplit":
-		noSplitK.Store(true)
+	for _, v := range strings.Split(os.Getenv("FORGE_METAL_MATMUL"), ",") {
+		switch strings.TrimSpace(v) {
+		case "naive":
+			naiveMatMul.Store(true)
+		case "nosplit":
+			noSplitK.Store(true)
+		case "simdgroup":
+			matmulPath.Store(pathSimdgroup)
+		case "matmul2d":
+			matmulPath.Store(pathMatMul2D)
+		}
 	}
+	emuTensorOpsOff.Store(os.Getenv("FORGE_EMU_TENSOR_OPS") == "0")
+}
+
+// tensorOpsLevel is how the device runs the tensor-op kernels: the
+// driver's answer (driver.TensorOps: asked under the backend's lock, like
+// every driver call — the first answer may compile), accelerated for the
+// emulator unless switched off, none for any other driver.
+func (b *Backend) tensorOpsLevel() driver.TensorOpsLevel {
+	if t, ok := b.drv.(driver.TensorOps); ok {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return t.TensorOps()
+	}
+	if b.drv.Name() == "metal-emu" && !emuTensorOpsOff.Load() {
+		return driver.TensorOpsAccelerated
+	}
+	return driver.TensorOpsNone
+}
+
+// m2Failed holds the backends whose matmul2d pipelines failed to compile
+// (said once on stderr; those backends use the simdgroup kernels).
+var m2Failed sync.Map // *Backend → error
+
+// matmul2dOn reports whether the path and the device let products go to
+// matmul2d (the layouts are checked apart: matmul2dLayout).
+func (b *Backend) matmul2dOn() bool {
+	var want driver.TensorOpsLevel
+	switch matmulPath.Load() {
+	case pathSimdgroup:
+		return false
+	case pathMatMul2D:
+		want = driver.TensorOpsSupported
+	default:
+		want = driver.TensorOpsAccelerated
+	}
+	if b.tensorOpsLevel() < want {
+		return false
+	}
+	_, failed := m2Failed.Load(b)
+	return !failed
+}
+
+// matmul2dLayout reports whether a rows × cols operand with element (i, j)
+// at i·rs + j·cs is a tensor matmul2d.metal reads: unit stride along its
+// inner axis (the columns, or the rows when trans: column-major) and an
+// outer stride at least the inner extent. An axis of extent 1 needs no
+// stride.
+func matmul2dLayout(rows, cols, rs, cs int, trans bool) bool {
+	inner, outer, sIn, sOut := cols, rows, cs, rs
+	if trans {
+		inner, outer, sIn, sOut = rows, cols, rs, cs
+	}
+	return (sIn == 1 || inner == 1) && (outer == 1 || sOut >= inner)
+}
+
+// runMatMul2D launches matmul2d for one dispatch's batches (nz) and reports
+// whether it did: false when its pipeline does not compile (then the
+// backend says so once and turns matmul2d off).
+func (b *Backend) runMatMul2D(kn matmulNames, q matmulParams, nz int, aTrans, bTrans, accumulate bool, c, av, bv driver.Arg) bool {
+	m, n := int(q.M), int(q.N)
+	// The outer stride of a row-major operand with one row is never used;
+	// give its tensor a valid one. (A column-major operand has more than one
+	// column: aTrans and bTrans need it.)
+	if !aTrans && m == 1 {
+		q.ARs = max(q.ARs, int32(q.K))
+	}
+	if !bTrans && q.K == 1 {
+		q.BRs = max(q.BRs, int32(n))
+	}
+	key := pkey(kn.tensor, cBool(0, aTrans), cBool(1, bTrans), cBool(5, accumulate))
+	if err := b.tryPipeline(key); err != nil {
+		if _, dup := m2Failed.LoadOrStore(b, err); !dup {
+			fmt.Fprintf(os.Stderr, "metal: matmul2d (tensor ops) is off, the simdgroup kernels run instead: %v\n", err)
+		}
+		return false
+	}
+	groups := [3]int{(n + m2BN - 1) / m2BN, (m + m2BM - 1) / m2BM, nz}
+	b.run(kn.tensor+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{m2Threads, 1, 1}, c, av, bv, bytesArg(q))
+	return true
+}
+
+// tryPipeline compiles (or finds) key's pipeline and returns the error
+// pipelineFor would panic with.
+func (b *Backend) tryPipeline(key driver.PipelineKey) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	b.pipelineFor(key)
+	return nil
 }
 
 // gpuCores is implemented by drivers that know the GPU's core count.
@@ -141,6 +291,7 @@ type matmulParams struct {
 // matmulNames are the kernels of one operand/dst dtype pair.
 type matmulNames struct {
 	tiled, naive, splitK, reduce string
+	tensor                       string // matmul2d.metal's
 }
 
 // matmulByDType holds matmulKernels(in, out) for every pair MatMul takes
@@ -167,6 +318,7 @@ func matmulKernels(in, out backend.DType) matmulNames {
 		naive:  kernels.Name(append([]string{"matmul", "naive"}, parts...)...),
 		splitK: kernels.Name("matmul", "splitk", dtypeTag(in)),
 		reduce: kernels.Name("matmul", "reduce", dtypeTag(out)),
+		tensor: kernels.Name(append([]string{"matmul2d"}, parts...)...),
 	}
 }
 
@@ -261,6 +413,8 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 	aTrans := k > 1 && a.Strides[len(a.Strides)-1] != 1 && (m == 1 || a.Strides[len(a.Strides)-2] == 1)
 	bTrans := n > 1 && bm.Strides[len(bm.Strides)-1] != 1 && (k == 1 || bm.Strides[len(bm.Strides)-2] == 1)
 	naive := naiveMatMul.Load()
+	tensorOps := !naive && matmul2dLayout(m, k, int(p.ARs), int(p.ACs), aTrans) &&
+		matmul2dLayout(k, n, int(p.BRs), int(p.BCs), bTrans) && b.matmul2dOn()
 	bufs := []backend.Buffer{dst.Buf, a.Buf, bm.Buf}
 	b.batchSplit(bl, func(sub layout) {
 		q := p
@@ -286,6 +440,9 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 			key := pkey(kn.naive, cBool(5, accumulate))
 			groups := [3]int{(n + mmNaiveTile - 1) / mmNaiveTile, (m + mmNaiveTile - 1) / mmNaiveTile, nz}
 			b.run(kn.naive, key, groups, [3]int{mmNaiveTile, mmNaiveTile, 1}, c, av, bv, bytesArg(q))
+			return
+		}
+		if tensorOps && b.runMatMul2D(kn, q, nz, aTrans, bTrans, accumulate, c, av, bv) {
 			return
 		}
 		key := pkey(kn.tiled, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),

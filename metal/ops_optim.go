@@ -14,19 +14,13 @@ import (
 
 var (
 	kGradClip     = kernels.Name("grad_clip", "f32")
-	kAdamWClipped = kernels.Name("adamw", "clipped", "f32")
+	kAdamWClipped = kAdamW + ".clipped" // the profile label of adamw_f32 with a clip state
 )
 
 // gradClipParams mirrors GradClipParams in kernels/optim.metal.
 type gradClipParams struct {
 	N                     uint32
 	MaxNorm, Eps, Unscale float32
-}
-
-// adamwClippedParams mirrors AdamWClippedParams in kernels/optim.metal.
-type adamwClippedParams struct {
-	N                                          uint32
-	B1, C1, B2, C2, IBC2, Eps, Decay, StepSize float32
 }
 
 // ClipStateDType is Float32: Metal has no float64.
@@ -60,39 +54,14 @@ func (b *Backend) GradClip(state, sums backend.View, maxNorm, unscale float64) {
 
 // AdamWClipped applies one AdamW update in place to param, m and v from
 // grad scaled by state[ClipCoef], writing nothing when state[ClipSkip] is
-// set; all float32, contiguous, of one shape.
+// set; all float32, contiguous, of one shape. It is AdamW's kernel (the
+// float-float arithmetic, within rounding ties of the CPU) with the clip
+// state read on the device.
 func (b *Backend) AdamWClipped(param, grad, m, v, state backend.View, p backend.AdamWParams) {
-	checkKernelDType(kAdamWClipped, onlyF32, param, grad, m, v, state)
-	if p.Step < 1 {
-		panic(fmt.Sprintf("metal: %s: step %d must be ≥ 1", kAdamWClipped, p.Step))
+	if state.Buf == nil {
+		panic(fmt.Sprintf("metal: %s: no clip state", kAdamWClipped))
 	}
-	n := param.Numel()
-	for _, x := range []backend.View{param, grad, m, v} {
-		if x.Buf == nil || x.Numel() != n || !x.IsContiguous() {
-			panic(fmt.Sprintf("metal: %s: param %v, grad %v, m %v, v %v must be contiguous, of one size",
-				kAdamWClipped, param.Shape, grad.Shape, m.Shape, v.Shape))
-		}
-	}
-	if state.Numel() != backend.ClipStateLen || !state.IsContiguous() {
-		panic(fmt.Sprintf("metal: %s: clip state %v must hold %d contiguous elements", kAdamWClipped, state.Shape, backend.ClipStateLen))
-	}
-	if n == 0 {
-		return
-	}
-	checkCount(kAdamWClipped, n)
-	t := float64(p.Step)
-	ap := adamwClippedParams{
-		N:  uint32(n),
-		B1: float32(p.Beta1), C1: float32(1 - p.Beta1),
-		B2: float32(p.Beta2), C2: float32(1 - p.Beta2),
-		IBC2:     float32(1 / math.Sqrt(1-math.Pow(p.Beta2, t))),
-		Eps:      float32(p.Eps),
-		Decay:    float32(1 - p.LR*p.WeightDecay),
-		StepSize: float32(p.LR / (1 - math.Pow(p.Beta1, t))),
-	}
-	key := pkey(kAdamWClipped)
-	groups, threads := b.ewGrid(key, n)
-	b.run(kAdamWClipped, key, groups, threads, b.arg(param), b.arg(grad), b.arg(m), b.arg(v), b.arg(state), bytesArg(ap))
+	b.adamw(param, grad, m, v, state, p)
 }
 
 // Flush commits the current command buffer without waiting for it

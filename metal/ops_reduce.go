@@ -2,12 +2,42 @@ package metal
 
 // Reduce, Softmax and SoftmaxBackward (kernels/reduce.metal,
 // softmax.metal): one threadgroup per output or row.
+//
+// float16 and bfloat16: loaded widened, reduced in float32, and rounded
+// once where a 16-bit output is stored (kernels by dtype, named once
+// below).
 
 import (
 	"fmt"
 
 	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/kernels"
 )
+
+var (
+	// kReduceBy[src] is the reduce kernel with a 32-bit dst (float32
+	// values or int32 indices); kReduceTo16[src] the one whose dst has
+	// src's 16-bit dtype (values only).
+	kReduceBy = byDType{
+		backend.Float32:  kernels.Name("reduce", "f32"),
+		backend.Float16:  kernels.Name("reduce", "f16", "f32"),
+		backend.BFloat16: kernels.Name("reduce", "bf16", "f32"),
+	}
+	kReduceTo16 = byDType{
+		backend.Float16:  kernels.Name("reduce", "f16"),
+		backend.BFloat16: kernels.Name("reduce", "bf16"),
+	}
+	kSoftmaxBy     = namesByDType("softmax")
+	kSoftmaxBackBy = namesByDType("softmax", "backward")
+)
+
+// reduceKernels lists the kernels of this file (for the tests).
+var reduceKernels = []string{
+	kReduceBy[backend.Float32], kReduceBy[backend.Float16], kReduceBy[backend.BFloat16],
+	kReduceTo16[backend.Float16], kReduceTo16[backend.BFloat16],
+	kSoftmaxBy[backend.Float32], kSoftmaxBy[backend.Float16], kSoftmaxBy[backend.BFloat16],
+	kSoftmaxBackBy[backend.Float32], kSoftmaxBackBy[backend.Float16], kSoftmaxBackBy[backend.BFloat16],
+}
 
 // reduceParams mirrors ReduceParams in kernels/reduce.metal.
 type reduceParams struct {
@@ -43,24 +73,39 @@ func rowGrid(n int) [3]int {
 	return [3]int{maxGridX, (n + maxGridX - 1) / maxGridX, 1}
 }
 
-// Reduce reduces the last nred dimensions of src (float32, strided) into
-// the contiguous dst: float32 for sum, max and min, int32 indices into the
-// flattened reduced extent for argmax and argmin.
+// Reduce reduces the last nred dimensions of src (float32, float16 or
+// bfloat16, strided) into the contiguous dst: for sum, max and min dst is
+// src's dtype or, for a 16-bit src, float32; for argmax and argmin int32
+// indices into the flattened reduced extent. A 16-bit src is reduced in
+// float32 (the sum compensated) and a 16-bit dst rounded once (max and min
+// exactly).
 func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 	if nred < 0 || nred > len(src.Shape) {
 		panic(fmt.Sprintf("metal: %s: nred %d out of range for shape %v", kReduce, nred, src.Shape))
 	}
+	checkKernelDType(kReduce, floatTypes, src)
+	sdt := src.DType()
+	kernel := kReduceBy[sdt]
 	switch op {
 	case backend.ReduceArgMax, backend.ReduceArgMin:
 		if dst.DType() != backend.Int32 {
-			panic(fmt.Sprintf("metal: %s: %v needs an int32 dst, have %v", kReduce, op, dst.DType()))
+			panic(fmt.Sprintf("metal: %s: %v needs an int32 dst, have %v", kernel, op, dst.DType()))
 		}
 	case backend.ReduceSum, backend.ReduceMax, backend.ReduceMin:
-		checkKernelDType(kReduce, onlyF32, dst)
+		checkKernelDType(kernel, floatTypes, dst)
+		switch ddt := dst.DType(); {
+		case ddt == sdt && sdt.IsHalf():
+			kernel = kReduceTo16[sdt]
+		case ddt != sdt && ddt != backend.Float32:
+			want := sdt.String()
+			if sdt.IsHalf() {
+				want += " or float32"
+			}
+			panic(fmt.Sprintf("metal: %s: %v of %v src into a %v dst (want %s)", kernel, op, sdt, ddt, want))
+		}
 	default:
-		panic(fmt.Sprintf("metal: %s: unknown op %v", kReduce, op))
+		panic(fmt.Sprintf("metal: %s: unknown op %v", kernel, op))
 	}
-	checkKernelDType(kReduce, onlyF32, src)
 	k := len(src.Shape) - nred
 	kept := backend.View{Offset: src.Offset, Shape: src.Shape[:k], Strides: src.Strides[:k]}
 	red := backend.View{Shape: src.Shape[k:], Strides: src.Strides[k:]}
@@ -75,7 +120,7 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 		b.Fill(backend.View{Buf: dst.Buf, Offset: dst.Offset, Shape: []int{nout}, Strides: []int{1}}, 0)
 		return
 	}
-	checkCount(kReduce, nout*nr)
+	checkCount(kernel, nout*nr)
 	kl, rl := coalesce(kept), coalesce(red)
 	if len(kl.shape) > maxDims || len(rl.shape) > maxDims {
 		// Too many dimensions survive coalescing: reduce a contiguous copy.
@@ -88,16 +133,16 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 	if nout == 1 {
 		p.KDim = 0 // the kept layout of a full reduction is a dummy dimension of 1
 	}
-	kl.dimsArgs(kReduce, &p.KShape, &p.KStrides)
-	rl.dimsArgs(kReduce, &p.RShape, &p.RStrides)
-	key := pkey(kReduce, cUint(0, uint32(op)), cBool(1, len(rl.shape) == 1))
+	kl.dimsArgs(kernel, &p.KShape, &p.KStrides)
+	rl.dimsArgs(kernel, &p.RShape, &p.RStrides)
+	key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(rl.shape) == 1))
 	pipe := b.pipelineFor(key)
 	most := 256
 	if nout < 64 {
 		most = 1024 // few outputs: more threads per output
 	}
 	t := rowThreads(nr, most, pipe.MaxThreads(), pipe.SIMDWidth())
-	b.run(kReduce+"."+op.String(), key, rowGrid(nout), [3]int{t, 1, 1},
+	b.run(kernel+"."+op.String(), key, rowGrid(nout), [3]int{t, 1, 1},
 		b.arg(dst), b.arg(backend.View{Buf: src.Buf, Offset: src.Offset}), bytesArg(p))
 }
 
@@ -119,18 +164,21 @@ func softmaxRows(v backend.View) (rows, cols int) {
 }
 
 // Softmax writes y = softmax(x) (log-softmax if log) over the last axis;
-// x and y contiguous float32.
+// x and y contiguous, both float32, float16 or bfloat16 (16-bit: float32
+// math, y rounded once).
 func (b *Backend) Softmax(y, x backend.View, log bool) {
-	checkKernelDType(kSoftmax, onlyF32, y, x)
+	checkKernelDType(kSoftmax, floatTypes, y, x)
+	sameDType(kSoftmax, y, x)
+	kernel := kSoftmaxBy[x.DType()]
 	rows, cols := softmaxRows(x)
 	if rows == 0 {
 		return
 	}
-	checkCount(kSoftmax, rows*cols)
-	key := pkey(kSoftmax, cBool(0, log))
+	checkCount(kernel, rows*cols)
+	key := pkey(kernel, cBool(0, log))
 	pipe := b.pipelineFor(key)
 	t := rowThreads(cols, 256, pipe.MaxThreads(), pipe.SIMDWidth())
-	label := kSoftmax
+	label := kernel
 	if log {
 		label += ".log"
 	}
@@ -138,19 +186,22 @@ func (b *Backend) Softmax(y, x backend.View, log bool) {
 		b.arg(y), b.arg(x), bytesArg(softmaxParams{uint32(rows), uint32(cols)}))
 }
 
-// SoftmaxBackward writes dx from the forward output y and dy; contiguous
-// float32.
+// SoftmaxBackward writes dx from the forward output y and dy; contiguous,
+// all float32, float16 or bfloat16 (16-bit: float32 math, dx rounded
+// once).
 func (b *Backend) SoftmaxBackward(dx, y, dy backend.View, log bool) {
-	checkKernelDType(kSoftmaxBack, onlyF32, dx, y, dy)
+	checkKernelDType(kSoftmaxBack, floatTypes, dx, y, dy)
+	sameDType(kSoftmaxBack, dx, y, dy)
+	kernel := kSoftmaxBackBy[y.DType()]
 	rows, cols := softmaxRows(y)
 	if rows == 0 {
 		return
 	}
-	checkCount(kSoftmaxBack, rows*cols)
-	key := pkey(kSoftmaxBack, cBool(0, log))
+	checkCount(kernel, rows*cols)
+	key := pkey(kernel, cBool(0, log))
 	pipe := b.pipelineFor(key)
 	t := rowThreads(cols, 256, pipe.MaxThreads(), pipe.SIMDWidth())
-	label := kSoftmaxBack
+	label := kernel
 	if log {
 		label += ".log"
 	}

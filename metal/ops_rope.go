@@ -8,6 +8,10 @@ package metal
 // past it, so a training step reuses one table and KV-cached decoding
 // grows it rarely. At most ropeCacheSize tables per backend are kept (least
 // recently used out).
+//
+// x and y are float32, float16 or bfloat16 (one dtype; rope_f32, rope_f16,
+// rope_bf16): a 16-bit x is widened, rotated in float32 with the same
+// float32 table, and y rounded once.
 
 import (
 	"fmt"
@@ -18,7 +22,10 @@ import (
 	"github.com/forgeml/forge/kernels"
 )
 
-var kRoPE = kernels.Name("rope", "f32")
+var (
+	kRoPE   = kernels.Name("rope", "f32")
+	kRoPEBy = namesByDType("rope")
+)
 
 // ropeParams mirrors RopeParams in kernels/rope.metal.
 type ropeParams struct {
@@ -135,8 +142,8 @@ func (c *ropeCache) drop(tb *ropeTable) {
 }
 
 // RoPE rotates the interleaved pairs of x (N, T, D), contiguous float32,
-// into y (contiguous; it may be x) by (pos0+t)·theta^(−2k/D), or by the
-// negative angle when inverse.
+// float16 or bfloat16, into y (contiguous, x's dtype; it may be x) by
+// (pos0+t)·theta^(−2k/D), or by the negative angle when inverse.
 func (b *Backend) RoPE(y, x backend.View, pos0 int, theta float64, inverse bool) {
 	if !x.IsContiguous() {
 		panic(fmt.Sprintf("metal: %s: x %v with strides %v is not contiguous", kRoPE, x.Shape, x.Strides))
@@ -157,9 +164,11 @@ func (b *Backend) RoPEStrided(y, x backend.View, pos0 int, theta float64, invers
 var _ backend.StridedRoPE = (*Backend)(nil)
 
 func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool) {
-	checkKernelDType(kRoPE, onlyF32, y, x)
+	checkKernelDType(kRoPE, floatTypes, y, x)
+	sameDType(kRoPE, y, x)
+	kernel := kRoPEBy[x.DType()]
 	if !y.IsContiguous() {
-		panic(fmt.Sprintf("metal: %s: y %v with strides %v is not contiguous", kRoPE, y.Shape, y.Strides))
+		panic(fmt.Sprintf("metal: %s: y %v with strides %v is not contiguous", kernel, y.Shape, y.Strides))
 	}
 	r := len(x.Shape)
 	d, t := 1, 1
@@ -170,13 +179,13 @@ func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool)
 		t = x.Shape[r-2]
 	}
 	if d%2 != 0 {
-		panic(fmt.Sprintf("metal: %s: head dimension %d is odd (shape %v)", kRoPE, d, x.Shape))
+		panic(fmt.Sprintf("metal: %s: head dimension %d is odd (shape %v)", kernel, d, x.Shape))
 	}
 	if t == 0 || d == 0 || x.Numel() == 0 {
 		return
 	}
 	n := x.Numel()
-	checkCount(kRoPE, n)
+	checkCount(kernel, n)
 	rows := backend.View{Offset: x.Offset, Shape: x.Shape[:max(r-1, 0)], Strides: x.Strides[:max(r-1, 0)]}
 	l := coalesce(rows)
 	if len(l.shape) > maxDims {
@@ -192,22 +201,22 @@ func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool)
 		span += absInt(s) * (l.shape[i] - 1)
 	}
 	if span > math.MaxInt32 {
-		panic(fmt.Sprintf("metal: %s: x spans %d elements, beyond the kernel's int32 offsets", kRoPE, span))
+		panic(fmt.Sprintf("metal: %s: x spans %d elements, beyond the kernel's int32 offsets", kernel, span))
 	}
 	half := d / 2
 	p := ropeParams{N: uint32(n / 2), Half: uint32(half), T: uint32(t), Sign: 1, NDim: uint32(len(l.shape))}
 	if inverse {
 		p.Sign = -1
 	}
-	l.dimsArgs(kRoPE, &p.Shape, &p.Strides)
+	l.dimsArgs(kernel, &p.Shape, &p.Strides)
 
 	ropeTables.Lock()
 	defer ropeTables.Unlock()
 	tb := b.ropeTableFor(d, theta, pos0, pos0+t)
 	p.P0 = uint32(pos0 - tb.start)
-	key := pkey(kRoPE, cBool(0, len(l.shape) == 1))
+	key := pkey(kernel, cBool(0, len(l.shape) == 1))
 	groups, threads := b.ewGrid(key, n/2)
-	label := kRoPE
+	label := kernel
 	if inverse {
 		label += ".inverse"
 	}

@@ -6,6 +6,7 @@ package metal
 // matmul operands, batches with broadcast, accumulation).
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/cpu"
 	"github.com/forgeml/forge/kernels"
@@ -66,9 +68,30 @@ func opsDevice(t *testing.T) *Backend {
 		opsDev = b.(*Backend)
 	})
 	if opsDevErr != nil {
-		t.Skipf("%s is not available here: %v", testDevice(), opsDevErr)
+		skipUnavailable(t, opsDevErr)
 	}
 	return opsDev
+}
+
+// skipUnavailable skips t when err says the test device cannot run here
+// (the emulator on a machine without clang, say) and fails it otherwise:
+// a kernel file that does not compile must fail the tests, not skip them.
+func skipUnavailable(t testing.TB, err error) {
+	t.Helper()
+	if testDevice() != "metal" && errors.Is(err, emu.ErrUnavailable) {
+		t.Skipf("%s is not available here: %v", testDevice(), err)
+	}
+	t.Fatalf("%s: %v", testDevice(), err)
+}
+
+// openTestDevice opens testDevice as a forge device (see skipUnavailable).
+func openTestDevice(t testing.TB) *forge.Device {
+	t.Helper()
+	dev, err := forge.OpenDevice(testDevice())
+	if err != nil {
+		skipUnavailable(t, err)
+	}
+	return dev
 }
 
 // vspec is a view: shape, strides and offset (strides nil: contiguous).
@@ -724,7 +747,7 @@ func BenchmarkOps(b *testing.B) {
 func opsBenchDevice(b *testing.B) *Backend {
 	drv, err := emu.Open(kernels.Sources(), emu.Options{})
 	if err != nil {
-		b.Skipf("metal-emu is not available here: %v", err)
+		skipUnavailable(b, err)
 	}
 	return New(drv)
 }

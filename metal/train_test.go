@@ -148,10 +148,7 @@ func TestTrainMatchesCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on the emulator")
 	}
-	dev, err := forge.OpenDevice(testDevice())
-	if err != nil {
-		t.Skipf("%s is not available here: %v", testDevice(), err)
-	}
+	dev := openTestDevice(t)
 	mb := dev.Backend().(*Backend)
 	if c := trainConfig(1); func() bool { s, _ := mb.splitKPlan(c.Model.Dim, c.Model.Dim, c.Batch*c.Model.Context); return s < 2 }() {
 		t.Errorf("the weight gradients of the test model (%d × %d × %d) would not take the split-K path", c.Model.Dim, c.Model.Dim, c.Batch*c.Model.Context)
@@ -342,10 +339,7 @@ func TestTrainStepProfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on the emulator")
 	}
-	dev, err := forge.OpenDevice(testDevice())
-	if err != nil {
-		t.Skipf("%s is not available here: %v", testDevice(), err)
-	}
+	dev := openTestDevice(t)
 	mb := dev.Backend().(*Backend)
 	prev := forge.DefaultDevice()
 	forge.SetDefaultDevice(dev)
@@ -354,7 +348,7 @@ func TestTrainStepProfile(t *testing.T) {
 	var tr *train.Trainer
 	var p *profile.Profile
 	var cbs, dispatches int64
-	err = forge.Try(func() {
+	err := forge.Try(func() {
 		m, err := gpt.New(cfg.Model, cfg.Seed)
 		if err != nil {
 			panic(err)
@@ -403,10 +397,7 @@ func TestTrainStepProfile(t *testing.T) {
 // the host) queues the whole backward pass without waiting for the
 // device: the seed gradient is written from the host, not by a kernel.
 func TestBackwardQueuesWithoutWaiting(t *testing.T) {
-	dev, err := forge.OpenDevice(testDevice())
-	if err != nil {
-		t.Skipf("%s is not available here: %v", testDevice(), err)
-	}
+	dev := openTestDevice(t)
 	mb := dev.Backend().(*Backend)
 	logits := forge.FromSlice([]float32{0.1, 0.7, -0.3, 1.2, 0.4, -0.8}, 2, 3).To(dev).RequiresGrad()
 	targets := forge.FromSlice([]int32{2, 0}, 2).To(dev)

@@ -160,3 +160,42 @@ type Driver interface {
 	// Close releases the driver's resources.
 	Close() error
 }
+
+// TensorOpsLevel says how a device runs kernels written against MSL 4.0's
+// tensor operations (MetalPerformancePrimitives' matmul2d:
+// kernels/matmul2d.metal).
+type TensorOpsLevel int
+
+const (
+	// TensorOpsNone: not at all (an older OS or GPU, or the kernels do not
+	// compile).
+	TensorOpsNone TensorOpsLevel = iota
+	// TensorOpsSupported: they run, on the shader cores (Metal 4 GPUs
+	// before the Apple10 family): correct, not faster than the
+	// simdgroup_matrix kernels.
+	TensorOpsSupported
+	// TensorOpsAccelerated: they run on the GPU cores' neural accelerators
+	// (the Apple10 family: M5, A19 and later).
+	TensorOpsAccelerated
+)
+
+func (l TensorOpsLevel) String() string {
+	switch l {
+	case TensorOpsNone:
+		return "none"
+	case TensorOpsSupported:
+		return "supported"
+	case TensorOpsAccelerated:
+		return "accelerated"
+	}
+	return fmt.Sprintf("TensorOpsLevel(%d)", int(l))
+}
+
+// TensorOps is implemented by drivers that know whether their device runs
+// the MSL 4.0 tensor-op kernels (an optional interface: the backend checks
+// for it with a type assertion, and a driver without it runs none).
+type TensorOps interface {
+	// TensorOps reports the device's level; it may compile the tensor-op
+	// kernel files the first time (a failed compile is TensorOpsNone).
+	TensorOps() TensorOpsLevel
+}

@@ -219,14 +219,28 @@ type Driver struct {
 
 var _ driver.Driver = (*Driver)(nil)
 
+// ErrUnavailable matches (errors.Is) the errors of Open that mean the
+// emulator cannot run on this machine — an unsupported platform, no clang
+// — as opposed to kernels that do not compile, which are bugs: tests skip
+// on the first kind only.
+var ErrUnavailable = errors.New("metal-emu is not available")
+
+// unavailable marks err as an ErrUnavailable, keeping its message.
+func unavailable(err error) error { return unavailableError{err} }
+
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string   { return e.err.Error() }
+func (e unavailableError) Unwrap() []error { return []error{e.err, ErrUnavailable} }
+
 // Open compiles sources (file name → MSL text; files not ending in .metal
 // are headers for #include) and returns a driver that runs their kernels.
 func Open(sources map[string]string, opts Options) (*Driver, error) {
 	if !libAvailable {
-		return nil, errors.New("metal-emu: not available on " + runtime.GOOS + "/" + runtime.GOARCH)
+		return nil, unavailable(errors.New("metal-emu: not available on " + runtime.GOOS + "/" + runtime.GOARCH))
 	}
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		return nil, errors.New("metal-emu: no fiber context switch for " + runtime.GOARCH)
+		return nil, unavailable(errors.New("metal-emu: no fiber context switch for " + runtime.GOARCH))
 	}
 	d := &Driver{threads: opts.Threads, schedule: opts.Schedule, seed: opts.Seed, pipes: map[string]*pipeline{}}
 	if d.threads <= 0 {
@@ -269,7 +283,7 @@ func Open(sources map[string]string, opts Options) (*Driver, error) {
 	d.prog = prog
 	_, version, err := findClang()
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	d.version = clangVersionNumber(version)
 	res, err := compileProgram(prog, sources, opts.CacheDir, opts.Log)

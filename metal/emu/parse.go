@@ -313,7 +313,8 @@ func ParseKernels(file, src string) ([]Kernel, error) {
 
 // mayRendezvous reports whether src (comments and preprocessor lines
 // included, to be safe) mentions a function that may block a GPU thread:
-// a barrier, simdgroup_load/store or a simd_*/quad_* function.
+// a barrier, simdgroup_load/store, a simd_*/quad_* function or a tensor op
+// (MetalPerformancePrimitives' matmul2d rendezvouses its execution scope).
 func mayRendezvous(src string) bool {
 	for i := 0; i < len(src); {
 		if !isIdentStart(src[i]) || i > 0 && isIdentChar(src[i-1]) {
@@ -327,6 +328,7 @@ func mayRendezvous(src string) bool {
 		w := src[i:j]
 		if w == "threadgroup_barrier" || w == "simdgroup_barrier" || w == "simdgroup_load" || w == "simdgroup_store" ||
 			w == "thread_elements" || w == "simdgroup_multiply" || w == "simdgroup_multiply_accumulate" ||
+			w == "matmul2d" || w == "tensor_ops" ||
 			strings.HasPrefix(w, "simd_") || strings.HasPrefix(w, "quad_") {
 			return true
 		}

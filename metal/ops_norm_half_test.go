@@ -1,0 +1,551 @@
+package metal
+
+// RMSNorm, LayerNorm and their backward with float16 and bfloat16 views
+// (ops_norm.go, kernels/norm.metal *_f16, *_bf16) on the emulator: every
+// combination of a float32 or 16-bit x, y (dy) and w (b, dw, db), rows
+// that are not multiples of the simdgroup or threadgroup width (both row
+// modes), absent weights, several row blocks for the weight gradients,
+// bit-identical results across thread schedules, and the refused dtype
+// combinations.
+//
+// Each case runs three times from the same values: the call under test
+// (16-bit views as given), the float32 kernels on the device with every
+// 16-bit input widened (the "float32 twin"), and the CPU backend on those
+// widened inputs. Two checks per output:
+//
+//   - Exact: the 16-bit kernels compute in float32 operation for operation
+//     as the float32 kernels do, so a float32 output (rstd, mean, a float32
+//     y or dx) has the twin's bits, and a 16-bit output is the twin's value
+//     rounded once to nearest even on the host (forge/half). This catches
+//     a wrong load or store type, a double rounding or a lost compensation
+//     bit for bit.
+//   - Against the CPU: the twin is within the float32 tests' tolerance
+//     opsTol·max(1, |want|) of the CPU's float32 result, and rounding once
+//     moves a value by at most half a unit in the last place of the 16-bit
+//     format, so a 16-bit output must lie within
+//     ulp16(max(|got|, |want|))/2 + opsTol·max(1, |want|) of it (the bound
+//     of ops_half_test.go), a float32 output within opsTol·max(1, |want|).
+//     The worst error is logged as a fraction of that bound.
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/emu"
+)
+
+// nhShapes are (N, C): one row per simdgroup (C ≤ 512) with C below, at and
+// past multiples of 32 and a partial last threadgroup of rows, and one row
+// per threadgroup (C > 512) with C not a multiple of the threadgroup.
+var nhShapes = [][2]int{{1, 1}, {13, 5}, {9, 33}, {70, 64}, {5, 512}, {4, 513}, {3, 1000}, {2, 4099}}
+
+// nhIn is an input of dtype dt: t is the view the call under test reads
+// (16-bit, or float32), f its values as float32 on both devices (t itself
+// when dt is float32).
+func (e *opsEnv) nhIn(dt backend.DType, s vspec, gen func(int) float64) (t, f pair) {
+	if dt.IsHalf() {
+		return e.newPair16(dt, s, gen)
+	}
+	p := e.newPair(backend.Float32, s, gen)
+	return p, p
+}
+
+// nhOut is an output: t of dtype dt for the call under test, f float32 for
+// the float32 twin (f.dev) and the CPU (f.ref), all filled with 7.
+func (e *opsEnv) nhOut(dt backend.DType, s vspec) (t, f pair) {
+	seven := func(int) float64 { return 7 }
+	if dt.IsHalf() {
+		t, _ = e.newPair16(dt, s, seven)
+	} else {
+		t = e.newPair(backend.Float32, s, seven)
+	}
+	return t, e.newPair(backend.Float32, s, seven)
+}
+
+// nhOpt is p's view picked by pick, or an absent view for an absent p.
+func nhOpt(p pair, pick func(pair) backend.View) backend.View {
+	if p.dev.Buf == nil {
+		return backend.View{}
+	}
+	return pick(p)
+}
+
+func nhDev(p pair) backend.View { return p.dev }
+func nhRef(p pair) backend.View { return p.ref }
+
+// nhCheck checks the output t of the call under test against f.dev (the
+// float32 twin; t must be it exactly, rounded once if 16-bit) and f.ref
+// (the CPU's float32 result; within the bound of the file comment), over
+// the whole buffers (elements outside the view are 7 in all). It adds the
+// largest error against the CPU to worst under label, as a fraction of the
+// bound and, for a 16-bit t, in units of ulp16 (over the elements where
+// ulp16/2 is the larger part of the bound).
+func (e *opsEnv) nhCheck(worst nhWorst, label, what string, t, f pair) {
+	e.t.Helper()
+	twin := make([]float32, f.n)
+	e.dev.Read(f.dev.Buf, twin)
+	cpu := make([]float32, f.n)
+	e.ref.Read(f.ref.Buf, cpu)
+	got := make([]float64, t.n)
+	badExact := false
+	if t.dt.IsHalf() {
+		h := make([]uint16, t.n)
+		e.dev.Read(t.dev.Buf, h)
+		for i, b := range h {
+			got[i] = float64(widen16(t.dt, b))
+			if want := narrow16(t.dt, twin[i]); b != want && !badExact {
+				e.t.Errorf("%s: element %d: %#04x (%g), the float32 kernel's %.9g rounds to %#04x",
+					what, i, b, got[i], twin[i], want)
+				badExact = true
+			}
+		}
+	} else {
+		g := make([]float32, t.n)
+		e.dev.Read(t.dev.Buf, g)
+		for i, x := range g {
+			got[i] = float64(x)
+			if math.Float32bits(x) != math.Float32bits(twin[i]) && !badExact {
+				e.t.Errorf("%s: element %d: %.9g, the float32 kernel gives %.9g", what, i, x, twin[i])
+				badExact = true
+			}
+		}
+	}
+	badCPU := false
+	frac, ulps := 0.0, 0.0
+	for i, g := range got {
+		w := float64(cpu[i])
+		if math.IsNaN(g) || math.IsNaN(w) || math.IsInf(g, 0) || math.IsInf(w, 0) {
+			if !(math.IsNaN(g) && math.IsNaN(w)) && g != w && !badCPU {
+				e.t.Errorf("%s: element %d: %g, the CPU's float32 result is %g", what, i, g, w)
+				badCPU = true
+			}
+			continue
+		}
+		d := math.Abs(g - w)
+		bound := opsTol * max(1, math.Abs(w))
+		if t.dt.IsHalf() {
+			u := ulp16(t.dt, max(math.Abs(g), math.Abs(w)))
+			if u/2 >= bound { // where rounding dominates the bound
+				ulps = max(ulps, d/u)
+			}
+			bound += u / 2
+		}
+		frac = max(frac, d/bound)
+		if d > bound && !badCPU {
+			e.t.Errorf("%s: element %d: %.9g, the CPU's float32 result %.9g (bound %.3g)", what, i, g, w, bound)
+			badCPU = true
+		}
+	}
+	worst.add(label, frac, ulps)
+}
+
+// nhDTypes are the (x, y, w) dtypes of the cases for 16-bit dtype dt: each
+// float32 or dt (dy has y's dtype, dx x's, b, dw and db w's).
+func nhDTypes(dt backend.DType) [][3]backend.DType {
+	var out [][3]backend.DType
+	for k := 0; k < 8; k++ {
+		pick := func(bit int) backend.DType {
+			if k&(1<<bit) != 0 {
+				return dt
+			}
+			return backend.Float32
+		}
+		out = append(out, [3]backend.DType{pick(0), pick(1), pick(2)})
+	}
+	return out
+}
+
+// nhWorst collects by label the worst errors as fractions of their bounds
+// ([0]) and, for 16-bit outputs, in ulp16 ([1]; see nhCheck).
+type nhWorst map[string][2]float64
+
+func (w nhWorst) add(label string, frac, ulps float64) {
+	o := w[label]
+	w[label] = [2]float64{max(o[0], frac), max(o[1], ulps)}
+}
+
+func (w nhWorst) log(t *testing.T, title string) {
+	t.Helper()
+	var parts []string
+	for _, k := range []string{"y", "rstd", "mean", "dx", "dw", "db"} {
+		if v, ok := w[k+" float32"]; ok {
+			parts = append(parts, fmt.Sprintf("%s float32 %.2g", k, v[0]))
+		}
+		if v, ok := w[k+" 16-bit"]; ok {
+			parts = append(parts, fmt.Sprintf("%s 16-bit %.3f (%.3f ulp16)", k, v[0], v[1]))
+		}
+	}
+	t.Logf("%s: worst error / bound: %s", title, strings.Join(parts, ", "))
+}
+
+func nhKind(name string, dt backend.DType) string {
+	if dt.IsHalf() {
+		return name + " 16-bit"
+	}
+	return name + " float32"
+}
+
+func TestNormHalfRMSNorm(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		worst := nhWorst{}
+		for _, sh := range nhShapes {
+			n, c := sh[0], sh[1]
+			for _, dts := range nhDTypes(dt) {
+				xdt, ydt, wdt := dts[0], dts[1], dts[2]
+				for _, withW := range []bool{true, false} {
+					if !withW && wdt.IsHalf() {
+						continue // the same case as with wdt float32
+					}
+					what := fmt.Sprintf("rms_norm %v %dx%d x %v y %v w %v (%v)", dt, n, c, xdt, ydt, wdt, withW)
+					x, xf := e.nhIn(xdt, contig(n, c), func(int) float64 { return 2 * e.rng.NormFloat64() })
+					var w, wf pair
+					if withW {
+						w, wf = e.nhIn(wdt, contig(c), e.uniform(0.5, 1.5))
+					}
+					y, yf := e.nhOut(ydt, contig(n, c))
+					rs, rsf := e.nhOut(backend.Float32, contig(n))
+					e.dev.RMSNorm(y.dev, rs.dev, x.dev, nhOpt(w, nhDev), 1e-6)
+					e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, nhOpt(wf, nhDev), 1e-6)
+					e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, nhOpt(wf, nhRef), 1e-6)
+					e.nhCheck(worst, nhKind("y", ydt), what+" y", y, yf)
+					e.nhCheck(worst, "rstd float32", what+" rstd", rs, rsf)
+
+					// Backward from the CPU's rstd, dy of y's dtype, dx of x's,
+					// dw of w's (without w: 16-bit if x is).
+					rstd := e.nfHostCopy(rsf)
+					dy, dyf := e.nhIn(ydt, contig(n, c), e.normal)
+					dwdt := wdt
+					if !withW {
+						dwdt = xdt
+					}
+					for _, withDX := range []bool{true, false} {
+						dx, dxf := e.nhOut(xdt, contig(n, c))
+						dw, dwf := e.nhOut(dwdt, contig(c))
+						if !withDX {
+							dx, dxf = pair{}, pair{}
+						}
+						e.dev.RMSNormBackward(nhOpt(dx, nhDev), dw.dev, dy.dev, x.dev, nhOpt(w, nhDev), rstd.dev)
+						e.dev.RMSNormBackward(nhOpt(dxf, nhDev), dwf.dev, dyf.dev, xf.dev, nhOpt(wf, nhDev), rstd.dev)
+						e.ref.RMSNormBackward(nhOpt(dxf, nhRef), dwf.ref, dyf.ref, xf.ref, nhOpt(wf, nhRef), rstd.ref)
+						bw := fmt.Sprintf("%s backward dx=%v dw %v", what, withDX, dwdt)
+						if withDX {
+							e.nhCheck(worst, nhKind("dx", xdt), bw+" dx", dx, dxf)
+						}
+						e.nhCheck(worst, nhKind("dw", dwdt), bw+" dw", dw, dwf)
+					}
+				}
+			}
+		}
+		worst.log(t, fmt.Sprintf("rms_norm %v", dt))
+	}
+}
+
+func TestNormHalfLayerNorm(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		worst := nhWorst{}
+		for si, sh := range nhShapes {
+			n, c := sh[0], sh[1]
+			for ci, dts := range nhDTypes(dt) {
+				xdt, ydt, wdt := dts[0], dts[1], dts[2]
+				for mode := 0; mode < 4; mode++ { // bit 0: w, bit 1: b
+					withW, withB := mode&1 != 0, mode&2 != 0
+					if mode == 0 && wdt.IsHalf() {
+						continue // the same case as with wdt float32
+					}
+					shift := 0.0
+					if (si+ci+mode)%3 == 0 {
+						shift = 100 // a mean far from zero against a spread of 1
+					}
+					what := fmt.Sprintf("layer_norm %v %dx%d x %v y %v w/b %v (%v/%v) shift %v", dt, n, c, xdt, ydt, wdt, withW, withB, shift)
+					x, xf := e.nhIn(xdt, contig(n, c), func(int) float64 { return shift + e.rng.NormFloat64() })
+					var w, wf, b, bf pair
+					if withW {
+						w, wf = e.nhIn(wdt, contig(c), e.uniform(0.5, 1.5))
+					}
+					if withB {
+						b, bf = e.nhIn(wdt, contig(c), e.normal)
+					}
+					y, yf := e.nhOut(ydt, contig(n, c))
+					mu, muf := e.nhOut(backend.Float32, contig(n))
+					rs, rsf := e.nhOut(backend.Float32, contig(n))
+					e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, nhOpt(w, nhDev), nhOpt(b, nhDev), 1e-5)
+					e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, nhOpt(wf, nhDev), nhOpt(bf, nhDev), 1e-5)
+					e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, nhOpt(wf, nhRef), nhOpt(bf, nhRef), 1e-5)
+					e.nhCheck(worst, nhKind("y", ydt), what+" y", y, yf)
+					e.nhCheck(worst, "mean float32", what+" mean", mu, muf)
+					e.nhCheck(worst, "rstd float32", what+" rstd", rs, rsf)
+
+					mean, rstd := e.nfHostCopy(muf), e.nfHostCopy(rsf)
+					dy, dyf := e.nhIn(ydt, contig(n, c), e.normal)
+					gdt := wdt
+					if !withW {
+						gdt = xdt
+					}
+					for grads := 1; grads < 8; grads++ { // bit 0: dx, bit 1: dw, bit 2: db
+						if mode != 3 && grads != 7 && grads != 1 {
+							continue // every subset once per shape, with w and b
+						}
+						var dx, dxf, dw, dwf, db, dbf pair
+						if grads&1 != 0 {
+							dx, dxf = e.nhOut(xdt, contig(n, c))
+						}
+						if grads&2 != 0 {
+							dw, dwf = e.nhOut(gdt, contig(c))
+						}
+						if grads&4 != 0 {
+							db, dbf = e.nhOut(gdt, contig(c))
+						}
+						e.dev.LayerNormBackward(nhOpt(dx, nhDev), nhOpt(dw, nhDev), nhOpt(db, nhDev), dy.dev, x.dev, nhOpt(w, nhDev), mean.dev, rstd.dev)
+						e.dev.LayerNormBackward(nhOpt(dxf, nhDev), nhOpt(dwf, nhDev), nhOpt(dbf, nhDev), dyf.dev, xf.dev, nhOpt(wf, nhDev), mean.dev, rstd.dev)
+						e.ref.LayerNormBackward(nhOpt(dxf, nhRef), nhOpt(dwf, nhRef), nhOpt(dbf, nhRef), dyf.ref, xf.ref, nhOpt(wf, nhRef), mean.ref, rstd.ref)
+						bw := fmt.Sprintf("%s backward grads %03b (dw/db %v)", what, grads, gdt)
+						if dx.dev.Buf != nil {
+							e.nhCheck(worst, nhKind("dx", xdt), bw+" dx", dx, dxf)
+						}
+						if dw.dev.Buf != nil {
+							e.nhCheck(worst, nhKind("dw", gdt), bw+" dw", dw, dwf)
+						}
+						if db.dev.Buf != nil {
+							e.nhCheck(worst, nhKind("db", gdt), bw+" db", db, dbf)
+						}
+					}
+				}
+			}
+		}
+		worst.log(t, fmt.Sprintf("layer_norm %v", dt))
+	}
+}
+
+// TestNormHalfLargeRows: bfloat16 x whose squares overflow float32 (the
+// rescaled pass of both forward kernels), into bfloat16 and float32 y.
+func TestNormHalfLargeRows(t *testing.T) {
+	e := newOpsEnv(t)
+	dt := backend.BFloat16
+	worst := nhWorst{}
+	for _, sh := range [][2]int{{6, 40}, {2, 1500}} {
+		n, c := sh[0], sh[1]
+		for _, ydt := range []backend.DType{dt, backend.Float32} {
+			what := fmt.Sprintf("%v x of 1e20 %dx%d y %v", dt, n, c, ydt)
+			x, xf := e.nhIn(dt, contig(n, c), func(int) float64 { return 1e20 * (3 + e.rng.NormFloat64()) })
+			w, wf := e.nhIn(dt, contig(c), e.uniform(0.5, 1.5))
+			y, yf := e.nhOut(ydt, contig(n, c))
+			rs, rsf := e.nhOut(backend.Float32, contig(n))
+			e.dev.RMSNorm(y.dev, rs.dev, x.dev, w.dev, 1e-6)
+			e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, wf.dev, 1e-6)
+			e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, wf.ref, 1e-6)
+			e.nhCheck(worst, nhKind("y", ydt), "rms_norm "+what+" y", y, yf)
+			e.nhCheck(worst, "rstd float32", "rms_norm "+what+" rstd", rs, rsf)
+
+			y, yf = e.nhOut(ydt, contig(n, c))
+			mu, muf := e.nhOut(backend.Float32, contig(n))
+			rs, rsf = e.nhOut(backend.Float32, contig(n))
+			e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, w.dev, backend.View{}, 1e-5)
+			e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, wf.dev, backend.View{}, 1e-5)
+			e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, wf.ref, backend.View{}, 1e-5)
+			e.nhCheck(worst, nhKind("y", ydt), "layer_norm "+what+" y", y, yf)
+			e.nhCheck(worst, "mean float32", "layer_norm "+what+" mean", mu, muf)
+			e.nhCheck(worst, "rstd float32", "layer_norm "+what+" rstd", rs, rsf)
+		}
+	}
+	worst.log(t, "bfloat16 x of 1e20")
+}
+
+// TestNormHalfParamGradBlocks: the weight and bias gradients over many row
+// blocks (a short last one) and over no rows (zeros), from 16-bit dy and
+// x, into 16-bit and float32 dw and db, without dx.
+func TestNormHalfParamGradBlocks(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		worst := nhWorst{}
+		for _, sh := range [][2]int{{3001, 8}, {1030, 70}, {0, 9}} {
+			n, c := sh[0], sh[1]
+			for _, io := range [][2]backend.DType{{dt, dt}, {backend.Float32, dt}, {dt, backend.Float32}} {
+				xdt, ydt := io[0], io[1]
+				x, xf := e.nhIn(xdt, contig(n, c), e.normal)
+				dy, dyf := e.nhIn(ydt, contig(n, c), e.normal)
+				mu := e.newPair(backend.Float32, contig(n), e.normal)
+				rs := e.newPair(backend.Float32, contig(n), e.uniform(0.5, 2))
+				for _, gdt := range []backend.DType{dt, backend.Float32} {
+					what := fmt.Sprintf("%v %dx%d x %v dy %v grads %v", dt, n, c, xdt, ydt, gdt)
+					dw, dwf := e.nhOut(gdt, contig(c))
+					db, dbf := e.nhOut(gdt, contig(c))
+					dw2, dw2f := e.nhOut(gdt, contig(c))
+					e.dev.LayerNormBackward(backend.View{}, dw.dev, db.dev, dy.dev, x.dev, backend.View{}, mu.dev, rs.dev)
+					e.dev.LayerNormBackward(backend.View{}, dwf.dev, dbf.dev, dyf.dev, xf.dev, backend.View{}, mu.dev, rs.dev)
+					e.ref.LayerNormBackward(backend.View{}, dwf.ref, dbf.ref, dyf.ref, xf.ref, backend.View{}, mu.ref, rs.ref)
+					e.dev.RMSNormBackward(backend.View{}, dw2.dev, dy.dev, x.dev, backend.View{}, rs.dev)
+					e.dev.RMSNormBackward(backend.View{}, dw2f.dev, dyf.dev, xf.dev, backend.View{}, rs.dev)
+					e.ref.RMSNormBackward(backend.View{}, dw2f.ref, dyf.ref, xf.ref, backend.View{}, rs.ref)
+					e.nhCheck(worst, nhKind("dw", gdt), "layer_norm dw "+what, dw, dwf)
+					e.nhCheck(worst, nhKind("db", gdt), "layer_norm db "+what, db, dbf)
+					e.nhCheck(worst, nhKind("dw", gdt), "rms_norm dw "+what, dw2, dw2f)
+				}
+			}
+		}
+		worst.log(t, fmt.Sprintf("param grads %v", dt))
+	}
+}
+
+// TestNormHalfSchedules runs every 16-bit norm kernel (both row modes, the
+// param grads over several row blocks, 16-bit and float32 column sums)
+// under the emulator's forward, reverse and random schedules: the results
+// must agree bit for bit.
+func TestNormHalfSchedules(t *testing.T) {
+	e := newOpsEnv(t)
+	drv, ok := e.dev.Driver().(*emu.Driver)
+	if !ok {
+		t.Skipf("not the emulator: %T", e.dev.Driver())
+	}
+	defer drv.SetSchedule(emu.Forward, 0)
+	gen := rand.New(rand.NewPCG(9, 10))
+	const n = 24*1000 + 64
+	host := make([]float32, n)
+	for i := range host {
+		host[i] = float32(gen.NormFloat64())
+	}
+	var labels []string
+	run := func() [][]uint32 {
+		var outs [][]uint32
+		labels = labels[:0]
+		dev := e.dev
+		v := func(b backend.Buffer, off int, shape ...int) backend.View {
+			return backend.View{Buf: b, Offset: off, Shape: shape, Strides: backend.ContiguousStrides(shape)}
+		}
+		up := func(dt backend.DType) backend.Buffer {
+			b := dev.Alloc(dt, n)
+			if dt == backend.Float32 {
+				dev.Write(b, host)
+				return b
+			}
+			bits := make([]uint16, n)
+			for i, x := range host {
+				bits[i] = narrow16(dt, x)
+			}
+			dev.Write(b, bits)
+			return b
+		}
+		read := func(label string, b backend.Buffer, k int) {
+			o := make([]uint32, k)
+			if b.DType() == backend.Float32 {
+				h := make([]float32, k)
+				dev.Read(b, h)
+				for i, x := range h {
+					o[i] = math.Float32bits(x)
+				}
+			} else {
+				h := make([]uint16, k)
+				dev.Read(b, h)
+				for i, x := range h {
+					o[i] = uint32(x)
+				}
+			}
+			outs = append(outs, o)
+			labels = append(labels, label)
+		}
+		for _, dt := range halfTypes {
+			// (x, y/dy, w/b/dw/db): the intended float32 residual into 16-bit
+			// y, all 16-bit, 16-bit x into float32 y.
+			for _, dts := range [][3]backend.DType{{backend.Float32, dt, backend.Float32}, {dt, dt, dt}, {dt, backend.Float32, dt}} {
+				xb, yb, wb := up(dts[0]), up(dts[1]), up(dts[2])
+				for _, sh := range [][2]int{{24, 1000}, {300, 40}} {
+					r, c := sh[0], sh[1]
+					tag := fmt.Sprintf("%v x %v y %v w %v %dx%d", dt, dts[0], dts[1], dts[2], r, c)
+					y, dx := dev.Alloc(dts[1], r*c), dev.Alloc(dts[0], r*c)
+					dw, db := dev.Alloc(dts[2], c), dev.Alloc(dts[2], c)
+					mu, rs := dev.Alloc(backend.Float32, r), dev.Alloc(backend.Float32, r)
+					w, bias := v(wb, 7, c), v(wb, 3, c)
+					dev.LayerNorm(v(y, 0, r, c), v(mu, 0, r), v(rs, 0, r), v(xb, 0, r, c), w, bias, 1e-5)
+					dev.LayerNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(db, 0, c), v(yb, 11, r, c), v(xb, 0, r, c), w, v(mu, 0, r), v(rs, 0, r))
+					read("layer_norm y "+tag, y, r*c)
+					read("layer_norm mean "+tag, mu, r)
+					read("layer_norm rstd "+tag, rs, r)
+					read("layer_norm dx "+tag, dx, r*c)
+					read("layer_norm dw "+tag, dw, c)
+					read("layer_norm db "+tag, db, c)
+					dev.RMSNorm(v(y, 0, r, c), v(rs, 0, r), v(xb, 0, r, c), w, 1e-6)
+					dev.RMSNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(yb, 11, r, c), v(xb, 0, r, c), w, v(rs, 0, r))
+					read("rms_norm y "+tag, y, r*c)
+					read("rms_norm rstd "+tag, rs, r)
+					read("rms_norm dx "+tag, dx, r*c)
+					read("rms_norm dw "+tag, dw, c)
+				}
+			}
+		}
+		return outs
+	}
+	schedulesAgree(t, drv, run, func(i int) string { return labels[i] })
+}
+
+// TestNormHalfRefused: the dtype combinations outside the contract panic
+// naming the kernel and the dtypes.
+func TestNormHalfRefused(t *testing.T) {
+	e := newOpsEnv(t)
+	f16, _ := e.newPair16(backend.Float16, contig(2, 4), e.normal)
+	bf16, _ := e.newPair16(backend.BFloat16, contig(2, 4), e.normal)
+	w16, _ := e.newPair16(backend.Float16, contig(4), e.normal)
+	wbf, _ := e.newPair16(backend.BFloat16, contig(4), e.normal)
+	f32 := e.newPair(backend.Float32, contig(2, 4), e.normal)
+	w32 := e.newPair(backend.Float32, contig(4), e.normal)
+	s32 := e.newPair(backend.Float32, contig(2), e.normal)
+	s16, _ := e.newPair16(backend.Float16, contig(2), e.normal)
+	i32 := e.newPair(backend.Int32, contig(2, 4), func(int) float64 { return 1 })
+	x, y, w, b, s, s2 := f16.dev, bf16.dev, w32.dev, wbf.dev, s32.dev, s16.dev
+	none := backend.View{}
+	for _, c := range []struct {
+		name, kernel string
+		fn           func()
+		words        []string // in the message
+	}{
+		{"rms_norm f16 x into bf16 y", kRMSNorm, func() { e.dev.RMSNorm(y, s, x, w, 1e-6) }, []string{"y bfloat16", "x float16", "at most one 16-bit dtype"}},
+		{"rms_norm f16 x, bf16 w", kRMSNorm, func() { e.dev.RMSNorm(f32.dev, s, x, b, 1e-6) }, []string{"x float16", "w bfloat16"}},
+		{"rms_norm f16 rstd", kRMSNorm, func() { e.dev.RMSNorm(x, s2, x, w, 1e-6) }, []string{"rstd must be float32", "rstd float16"}},
+		{"rms_norm int32 x", kRMSNorm, func() { e.dev.RMSNorm(f32.dev, s, i32.dev, w, 1e-6) }, []string{"x must be float32, float16 or bfloat16", "x int32"}},
+		{"layer_norm w f32, b f16", kLayerNorm, func() { e.dev.LayerNorm(x, s, s, x, w, w16.dev, 1e-5) }, []string{"b must have w's dtype", "w float32", "b float16"}},
+		{"layer_norm bf16 y, f16 b", kLayerNorm, func() { e.dev.LayerNorm(y, s, s, f32.dev, none, w16.dev, 1e-5) }, []string{"y bfloat16", "b float16"}},
+		{"layer_norm f16 mean", kLayerNorm, func() { e.dev.LayerNorm(x, s2, s, x, w, none, 1e-5) }, []string{"mean must be float32", "mean float16"}},
+		{"rms_norm_backward dx f32, x f16", kRMSNormBack, func() { e.dev.RMSNormBackward(f32.dev, none, x, x, w, s) }, []string{"dx must have x's dtype", "dx float32", "x float16"}},
+		{"rms_norm_backward dw f16, w f32", kRMSNormBack, func() { e.dev.RMSNormBackward(x, w16.dev, x, x, w, s) }, []string{"dw must have w's dtype"}},
+		{"rms_norm_backward bf16 dy, f16 x", kRMSNormBack, func() { e.dev.RMSNormBackward(x, none, y, x, w, s) }, []string{"dy bfloat16", "x float16"}},
+		{"layer_norm_backward db f16, dw f32", kLayerNormBack, func() { e.dev.LayerNormBackward(x, w, w16.dev, x, x, none, s, s) }, []string{"db must have dw's dtype"}},
+		{"layer_norm_backward f16 rstd", kLayerNormBack, func() { e.dev.LayerNormBackward(x, none, none, x, x, w, s, s2) }, []string{"rstd must be float32", "rstd float16"}},
+		{"layer_norm_backward bf16 dw, f16 x", kLayerNormBack, func() { e.dev.LayerNormBackward(x, wbf.dev, none, x, x, none, s, s) }, []string{"dw bfloat16", "x float16"}},
+	} {
+		msg := opsPanic(c.fn)
+		if !strings.HasPrefix(msg, "metal: "+c.kernel+": ") {
+			t.Errorf("%s: panic %q, want it to start %q", c.name, msg, "metal: "+c.kernel+": ")
+			continue
+		}
+		for _, word := range c.words {
+			if !strings.Contains(msg, word) {
+				t.Errorf("%s: panic %q does not say %q", c.name, msg, word)
+			}
+		}
+	}
+}
+
+// TestNormHalfKernelNames: every name of the table is defined in the
+// sources.
+func TestNormHalfKernelNames(t *testing.T) {
+	idx, err := kernelIndex(kernels.Sources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range floatTypes {
+		k := normByDType[dt]
+		for _, name := range []string{k.rms, k.rmsBack, k.layer, k.layerBack, k.paramGrad, k.colSum} {
+			if _, ok := idx[name]; !ok {
+				t.Errorf("kernel %s is not defined in kernels/*.metal", name)
+			}
+			if want := dtypeTag(dt); !strings.HasSuffix(name, "_"+want) {
+				t.Errorf("kernel %s for %v does not end in _%s", name, dt, want)
+			}
+		}
+	}
+}
