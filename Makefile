@@ -81,7 +81,7 @@ EMU_PKGS ?= ./metal/... ./kernels/ ./forge/forgetest/
 test-metal-emu:
 	@scripts/setup.sh metal-emu
 	FORGE_BACKEND=metal-emu FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 $(EMU_PKGS)
-	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=reverse FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
+	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=reverse FORGE_EMU_TENSOR_OPS=0 FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
 	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=random:$(EMU_SEED) FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
 
 lint:

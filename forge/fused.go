@@ -225,7 +225,9 @@ func NewGradClipScaled(grads []*Tensor, maxNorm, lossScale float64) *GradClip {
 			}
 			gr.state = newTensor(gr.dev, gc.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
 			launch(gr.dev, kcall{name: op, dt: gr.dt, shapes: shapesOf(sums, gr.state), bytes: bytesOf(sums, gr.state), flops: int64(len(grads)) + 4},
-				func(be backend.Backend) { be.(backend.GradClipper).GradClip(gr.state.bv(), sums.bv(), maxNorm, unscale) })
+				func(be backend.Backend) {
+					be.(backend.GradClipper).GradClip(gr.state.bv(), sums.bv(), maxNorm, unscale)
+				})
 			return c
 		}
 	}

@@ -130,3 +130,36 @@ func TestHalfBackwardSeedAndRandn(t *testing.T) {
 		}
 	}
 }
+
+// TestNormDTypes checks the dtype rules of the norms (the forge side; the
+// 16-bit kernels are Metal's): float32 with one 16-bit dtype may mix —
+// the CPU then refuses in its kernel, naming the dtype — but two 16-bit
+// dtypes, float32 with float64, or a float64 output do not, and the
+// errors name the tensors. The statistics of a 16-bit norm are float32.
+func TestNormDTypes(t *testing.T) {
+	x := Ones(3, 4)
+	w := Ones(4)
+	for _, c := range []struct {
+		name string
+		f    func()
+		want string
+	}{
+		{"float16 x, bfloat16 y", func() { RMSNormAs(BFloat16, x.Cast(Float16), nil, 1e-5) }, "mixes float16 and bfloat16"},
+		{"float16 y, bfloat16 w", func() { LayerNormAs(Float16, x, w.Cast(BFloat16), nil, 1e-5) }, "mixes float16 and bfloat16"},
+		{"float64 weight", func() { RMSNorm(x, w.Cast(Float64), 1e-5) }, "weight float64 [4] does not match input float32 [3 4]"},
+		{"float64 output", func() { RMSNormAs(Float64, x, w, 1e-5) }, "output dtype float64 differs from input float32"},
+		{"int32 output", func() { RMSNormAs(Int32, x, w, 1e-5) }, "needs float tensors"},
+		{"16-bit on the cpu", func() { RMSNormAs(BFloat16, x, w, 1e-5) }, "bfloat16"},
+	} {
+		err := Try(c.f)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+	if st := normDTypes("rms_norm", x, BFloat16, w); st != Float32 {
+		t.Errorf("statistics of a bfloat16 norm: %v, want float32", st)
+	}
+	if st := normDTypes("rms_norm", x.Cast(Float64), Float64, w.Cast(Float64)); st != Float64 {
+		t.Errorf("statistics of a float64 norm: %v, want float64", st)
+	}
+}

@@ -44,7 +44,8 @@ func (t *Tensor) softmax(op string, axis int, log bool) *Tensor {
 	})
 }
 
-// checkNormWeight panics unless w is nil or a 1-D tensor of length c.
+// checkNormWeight panics unless w is nil or a 1-D float tensor of length c
+// whose dtype is x's, or float32 when the norm involves a 16-bit dtype.
 func checkNormWeight(op, what string, x, w *Tensor, c int) {
 	if w == nil {
 		return
@@ -52,7 +53,64 @@ func checkNormWeight(op, what string, x, w *Tensor, c int) {
 	if w.Dim() != 1 || w.shape[0] != c {
 		panic(errorf(op, "%s must have shape [%d] to match input %v, got %v", what, c, x.shape, w.shape))
 	}
-	sameFloat(op, x, w)
+	sameDevice(op, x, w)
+	if !w.dtype.IsFloat() {
+		panic(errorf(op, "%s must be a float tensor, got %v %v", what, w.dtype, w.shape))
+	}
+}
+
+// normDTypes panics unless the input x, the output dtype y and the
+// weights ws (nil allowed) are one float dtype, or a mix of Float32 and one
+// 16-bit dtype with the weights Float32 or that dtype (a float32 residual
+// normalised into a bfloat16 activation, say). It returns the dtype of the
+// statistics the backward keeps: Float32 when a 16-bit dtype is involved.
+func normDTypes(op string, x *Tensor, y DType, ws ...*Tensor) DType {
+	if !x.dtype.IsFloat() || !y.IsFloat() {
+		panic(errorf(op, "needs float tensors, got input %v %v and output dtype %v; convert with Cast(forge.Float32)", x.dtype, x.shape, y))
+	}
+	var h DType // the one 16-bit dtype, if any
+	for _, dt := range append([]DType{x.dtype, y}, dtypesOf(ws)...) {
+		if dt.IsHalf() {
+			if h.IsHalf() && dt != h {
+				panic(errorf(op, "mixes %v and %v; use one 16-bit dtype (with float32 where wanted)", h, dt))
+			}
+			h = dt
+		}
+	}
+	ok := func(dt DType) bool { return dt == x.dtype || h.IsHalf() && (dt == h || dt == Float32) }
+	if !ok(y) {
+		panic(errorf(op, "output dtype %v differs from input %v %v; convert with Cast", y, x.dtype, x.shape))
+	}
+	for _, w := range ws {
+		if w != nil && !ok(w.dtype) {
+			panic(errorf(op, "weight %v %v does not match input %v %v; convert one with Cast", w.dtype, w.shape, x.dtype, x.shape))
+		}
+	}
+	if h.IsHalf() {
+		return Float32
+	}
+	return x.dtype
+}
+
+// dtypesOf returns the dtypes of the non-nil tensors of ts.
+func dtypesOf(ts []*Tensor) []DType {
+	var dts []DType
+	for _, t := range ts {
+		if t != nil {
+			dts = append(dts, t.dtype)
+		}
+	}
+	return dts
+}
+
+// statDType is the dtype of the statistics (row log-sum-exp, norms'
+// mean and rstd, per-row losses) kept for a computation in dt: Float32 for
+// the 16-bit dtypes, which accumulate in float32, else dt.
+func statDType(dt DType) DType {
+	if dt.IsHalf() {
+		return Float32
+	}
+	return dt
 }
 
 // optView returns t's backend view, or a view with a nil buffer for nil.
@@ -64,39 +122,47 @@ func optView(t *Tensor) backend.View {
 }
 
 // LayerNorm normalises over the last axis: (x−mean)/√(var+eps)·w + b, with
-// the biased variance. w and b (shape [C]) may be nil.
-func LayerNorm(x, w, b *Tensor, eps float64) *Tensor {
-	sameFloat("layer_norm", x)
+// the biased variance. w and b (shape [C]) may be nil. The result has x's
+// dtype; a 16-bit x may take float32 weights (statistics in float32).
+func LayerNorm(x, w, b *Tensor, eps float64) *Tensor { return LayerNormAs(x.dtype, x, w, b, eps) }
+
+// LayerNormAs is LayerNorm with the result stored as dt: a float32 x may be
+// normalised straight into a Float16 or BFloat16 activation (and a 16-bit
+// x into float32), arithmetic in float32, without a separate cast. The
+// gradient reaching x has x's dtype, the weights' gradients theirs.
+func LayerNormAs(dt DType, x, w, b *Tensor, eps float64) *Tensor {
+	const op = "layer_norm"
 	if x.Dim() == 0 {
-		panic(errorf("layer_norm", "needs at least one axis, got a scalar"))
+		panic(errorf(op, "needs at least one axis, got a scalar"))
 	}
 	xr, n, c := lastAxisRows(x)
-	checkNormWeight("layer_norm", "weight", x, w, c)
-	checkNormWeight("layer_norm", "bias", x, b, c)
+	checkNormWeight(op, "weight", x, w, c)
+	checkNormWeight(op, "bias", x, b, c)
+	st := normDTypes(op, x, dt, w, b)
 	if w != nil {
 		w = w.Contiguous()
 	}
 	if b != nil {
 		b = b.Contiguous()
 	}
-	y := newTensor(x.dev, x.dtype, x.shape)
-	mean := newTensor(x.dev, x.dtype, []int{n})
-	rstd := newTensor(x.dev, x.dtype, []int{n})
-	launch(x.dev, kcall{name: "layer_norm", dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 8 * int64(xr.Numel())},
+	y := newTensor(x.dev, dt, x.shape)
+	mean := newTensor(x.dev, st, []int{n})
+	rstd := newTensor(x.dev, st, []int{n})
+	launch(x.dev, kcall{name: op, dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 8 * int64(xr.Numel())},
 		func(be backend.Backend) {
 			be.LayerNorm(y.bv(), mean.bv(), rstd.bv(), xr.bv(), optView(w), optView(b), eps)
 		})
-	return record(y, "layer_norm", []*Tensor{xr, w, b}, func(g *Tensor) []*Tensor {
+	return record(y, op, []*Tensor{xr, w, b}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
-		dx := newTensor(g.dev, g.dtype, g.shape)
+		dx := newTensor(g.dev, xr.dtype, g.shape)
 		var dw, db *Tensor
 		if w != nil && w.requiresGrad {
-			dw = newTensor(g.dev, g.dtype, w.shape)
+			dw = newTensor(g.dev, w.dtype, w.shape)
 		}
 		if b != nil && b.requiresGrad {
-			db = newTensor(g.dev, g.dtype, b.shape)
+			db = newTensor(g.dev, b.dtype, b.shape)
 		}
-		launch(g.dev, kcall{name: "layer_norm.backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 10 * int64(g.Numel())},
+		launch(g.dev, kcall{name: op + ".backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 10 * int64(g.Numel())},
 			func(be backend.Backend) {
 				be.LayerNormBackward(dx.bv(), optView(dw), optView(db), g.bv(), xr.bv(), optView(w), mean.bv(), rstd.bv())
 			})
@@ -105,29 +171,34 @@ func LayerNorm(x, w, b *Tensor, eps float64) *Tensor {
 }
 
 // RMSNorm normalises over the last axis: x/√(mean(x²)+eps)·w; w (shape
-// [C]) may be nil.
-func RMSNorm(x, w *Tensor, eps float64) *Tensor {
-	sameFloat("rms_norm", x)
+// [C]) may be nil. The result has x's dtype; a 16-bit x may take a float32
+// weight (statistics in float32).
+func RMSNorm(x, w *Tensor, eps float64) *Tensor { return RMSNormAs(x.dtype, x, w, eps) }
+
+// RMSNormAs is RMSNorm with the result stored as dt (see LayerNormAs).
+func RMSNormAs(dt DType, x, w *Tensor, eps float64) *Tensor {
+	const op = "rms_norm"
 	if x.Dim() == 0 {
-		panic(errorf("rms_norm", "needs at least one axis, got a scalar"))
+		panic(errorf(op, "needs at least one axis, got a scalar"))
 	}
 	xr, n, c := lastAxisRows(x)
-	checkNormWeight("rms_norm", "weight", x, w, c)
+	checkNormWeight(op, "weight", x, w, c)
+	st := normDTypes(op, x, dt, w)
 	if w != nil {
 		w = w.Contiguous()
 	}
-	y := newTensor(x.dev, x.dtype, x.shape)
-	rstd := newTensor(x.dev, x.dtype, []int{n})
-	launch(x.dev, kcall{name: "rms_norm", dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 4 * int64(xr.Numel())},
+	y := newTensor(x.dev, dt, x.shape)
+	rstd := newTensor(x.dev, st, []int{n})
+	launch(x.dev, kcall{name: op, dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 4 * int64(xr.Numel())},
 		func(be backend.Backend) { be.RMSNorm(y.bv(), rstd.bv(), xr.bv(), optView(w), eps) })
-	return record(y, "rms_norm", []*Tensor{xr, w}, func(g *Tensor) []*Tensor {
+	return record(y, op, []*Tensor{xr, w}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
-		dx := newTensor(g.dev, g.dtype, g.shape)
+		dx := newTensor(g.dev, xr.dtype, g.shape)
 		var dw *Tensor
 		if w != nil && w.requiresGrad {
-			dw = newTensor(g.dev, g.dtype, w.shape)
+			dw = newTensor(g.dev, w.dtype, w.shape)
 		}
-		launch(g.dev, kcall{name: "rms_norm.backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 8 * int64(g.Numel())},
+		launch(g.dev, kcall{name: op + ".backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 8 * int64(g.Numel())},
 			func(be backend.Backend) {
 				be.RMSNormBackward(dx.bv(), optView(dw), g.bv(), xr.bv(), optView(w), rstd.bv())
 			})
@@ -200,9 +271,11 @@ func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
 // head h reads key/value head h/(H/Hkv)). With causal, query i sits at
 // position Tk−Tq+i and sees keys up to it (Tq < Tk is a KV-cached decode).
 //
-// The forward keeps only the output and the row log-sum-exp (B, H, Tq);
-// the backward recomputes the probabilities from them (FlashAttention-2),
-// so no (B, H, Tq, Tk) tensor is ever stored.
+// Float16 or BFloat16 q, k, v compute in float32 and store the output in
+// their dtype. The forward keeps only the output and the row log-sum-exp
+// (B, H, Tq; float32 for 16-bit inputs); the backward recomputes the
+// probabilities from them (FlashAttention-2), so no (B, H, Tq, Tk) tensor
+// is ever stored.
 func Attention(q, k, v *Tensor, causal bool) *Tensor {
 	if q.Dim() != 4 {
 		panic(errorf("attention", "q must be (B, H, Tq, D), got %v", q.shape))
@@ -247,7 +320,7 @@ func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 	} else {
 		out = newTensor(q.dev, q.dtype, q.shape)
 	}
-	lse := newTensor(q.dev, q.dtype, []int{b, h, tq})
+	lse := newTensor(q.dev, statDType(q.dtype), []int{b, h, tq})
 	flops := 4 * int64(b*h) * int64(tq) * int64(tk) * int64(d)
 	if causal {
 		flops /= 2
@@ -280,7 +353,9 @@ func rowStrided(x *Tensor) bool {
 // −log softmax(logits)[target]: logits (…, V), targets int32 (…). Rows whose
 // target equals ignoreIndex count neither in the sum nor in the mean (all
 // rows ignored gives NaN, as in PyTorch). The softmax is never stored: the
-// backward recomputes it from the saved row log-sum-exp.
+// backward recomputes it from the saved row log-sum-exp. Float16 or
+// BFloat16 logits give a float32 loss (computed in float32) and a logit
+// gradient in their own dtype.
 func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 	sameFloat("cross_entropy", logits)
 	if logits.Dim() < 1 || targets.dtype != Int32 || !equalShape(targets.shape, logits.shape[:logits.Dim()-1]) {
@@ -300,8 +375,8 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 		}
 		count++
 	}
-	rowLoss := newTensor(x.dev, x.dtype, []int{n})
-	lse := newTensor(x.dev, x.dtype, []int{n})
+	rowLoss := newTensor(x.dev, statDType(x.dtype), []int{n})
+	lse := newTensor(x.dev, statDType(x.dtype), []int{n})
 	x2 := x.view([]int{n, vocab}, []int{vocab, 1}, x.offset)
 	tg1 := tg.view([]int{n}, []int{1}, tg.offset)
 	launch(x.dev, kcall{name: "cross_entropy", dt: x.dtype, shapes: shapesOf(x2, tg1), bytes: bytesOf(x2, tg1, rowLoss, lse), flops: 3 * int64(x.Numel())},
@@ -310,9 +385,9 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 	NoGrad(func() { loss = rowLoss.Sum().MulScalar(1 / float64(count)) })
 	return record(loss, "cross_entropy", []*Tensor{x}, func(g *Tensor) []*Tensor {
 		scale := g.Item() / float64(count)
-		dx := newTensor(g.dev, g.dtype, x.shape)
+		dx := newTensor(g.dev, x.dtype, x.shape)
 		dx2 := dx.view([]int{n, vocab}, []int{vocab, 1}, 0)
-		launch(g.dev, kcall{name: "cross_entropy.backward", dt: g.dtype, shapes: shapesOf(x2, tg1, dx2), bytes: bytesOf(x2, tg1, lse, dx2), flops: 3 * int64(x.Numel())},
+		launch(g.dev, kcall{name: "cross_entropy.backward", dt: x.dtype, shapes: shapesOf(x2, tg1, dx2), bytes: bytesOf(x2, tg1, lse, dx2), flops: 3 * int64(x.Numel())},
 			func(be backend.Backend) {
 				be.CrossEntropyBackward(dx2.bv(), x2.bv(), lse.bv(), tg1.bv(), ignoreIndex, scale)
 			})

@@ -1,8 +1,9 @@
 package metal
 
 // Mixed-precision training (train.Config.Precision) on the emulated Metal
-// device: the matmuls in bfloat16 or float16 with float32 master weights,
-// everything else in float32, against the all-float32 run on the CPU; and
+// device: activations and matmuls in bfloat16 or float16 with float32
+// master weights and residual stream, against the all-float32 run on the
+// CPU (and a check that the activations really are 16-bit); and
 // float16's dynamic loss scaling — an overflowing scale skips the step
 // and halves, good steps double it, and a resumed run continues with the
 // saved scale, bit for bit.
@@ -11,10 +12,15 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/nn"
+	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/train"
 )
 
@@ -22,10 +28,12 @@ import (
 // steps in bfloat16 and in float16 on metal-emu and in float32 on the
 // CPU, from the same weights and batches.
 //
-// Tolerance. Each matmul rounds its two operands to the format (unit
-// roundoff u = 2⁻⁸ for bfloat16, 2⁻¹¹ for float16) and its output once
-// more; its float32 accumulation adds nothing comparable. A logit thus
-// carries a relative error of a few u, and so does every gradient. The
+// Tolerance. Each kernel between a norm and the residual add rounds its
+// output once to the format (unit roundoff u = 2⁻⁸ for bfloat16, 2⁻¹¹ for
+// float16; a matmul rounds its weight operand too), and computes in
+// float32, which adds nothing comparable. A logit thus carries a relative
+// error of a few u (one rounding per kernel on its path), and so does
+// every gradient. The
 // loss itself is an average over 256 tokens of ln Σexp(z) − z_target,
 // whose error is a few u times the logits' spread (well under 1 at these
 // sizes), so the first loss agrees to far better than u. Later losses
@@ -40,10 +48,7 @@ func TestAMPMatchesCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on the emulator")
 	}
-	dev, err := forge.OpenDevice(testDevice())
-	if err != nil {
-		t.Skipf("%s is not available here: %v", testDevice(), err)
-	}
+	dev := openTestDevice(t)
 	mb := dev.Backend().(*Backend)
 	cpuDev, err := forge.OpenDevice("cpu")
 	if err != nil {
@@ -114,10 +119,7 @@ func TestAMPLossScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on the emulator")
 	}
-	dev, err := forge.OpenDevice(testDevice())
-	if err != nil {
-		t.Skipf("%s is not available here: %v", testDevice(), err)
-	}
+	dev := openTestDevice(t)
 	mb := dev.Backend().(*Backend)
 	cfg := trainConfig(1)
 	cfg.Precision = "float16"
@@ -212,4 +214,61 @@ func TestAMPLossScale(t *testing.T) {
 	if !sawSkip {
 		t.Errorf("the session run skipped no step")
 	}
+}
+
+// TestAMPActivations checks that mixed precision stores the activations
+// in 16 bits, not only the matmuls' operands: in a bfloat16 training step
+// the norms' backward, RoPE, attention, SwiGLU and the cross-entropy (the
+// logits) all run on bfloat16 data — their kernel records say so, and
+// each is seen — while the loss and the parameters' gradients stay
+// float32.
+func TestAMPActivations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains on the emulator")
+	}
+	dev := openTestDevice(t)
+	mb := dev.Backend().(*Backend)
+	prev := forge.DefaultDevice()
+	forge.SetDefaultDevice(dev)
+	defer forge.SetDefaultDevice(prev)
+	cfg := trainConfig(1)
+	cfg.Precision = "bfloat16"
+	var p *profile.Profile
+	var tr *train.Trainer
+	err := forge.Try(func() {
+		m, err := gpt.New(cfg.Model, cfg.Seed)
+		if err != nil {
+			panic(err)
+		}
+		src := &seqBatches{rng: rand.New(rand.NewPCG(cfg.Seed, 11)), vocab: cfg.Model.Vocab, b: cfg.Batch, tt: cfg.Model.Context}
+		if tr, err = train.NewTrainer(cfg, m, src, nil); err != nil {
+			panic(err)
+		}
+		p = profile.Run(func() { tr.Step() })
+	})
+	if err != nil {
+		pendingOrFail(t, mb, err)
+	}
+	want := []string{"rms_norm.backward", "rope", "rope.backward", "attention", "attention.backward",
+		"swiglu", "swiglu.backward", "cross_entropy", "cross_entropy.backward"}
+	seen := map[string]int{}
+	for _, r := range p.Records {
+		if slices.Contains(want, r.Kernel) {
+			seen[r.Kernel]++
+			if r.DType != forge.BFloat16 {
+				t.Errorf("%s ran on %v data, want bfloat16", r.Kernel, r.DType)
+			}
+		}
+	}
+	for _, k := range want {
+		if seen[k] == 0 {
+			t.Errorf("no %s in the step's kernels", k)
+		}
+	}
+	for _, prm := range nn.Match(tr.Model, "*") {
+		if g := prm.Tensor.Grad(); g == nil || g.DType() != forge.Float32 {
+			t.Errorf("%s: gradient %v, want float32", prm.Name, g)
+		}
+	}
+	t.Logf("bfloat16 kernels seen: %v", seen)
 }

@@ -23,6 +23,16 @@
 //     kernels take them is the backend's choice (the CPU, the float32 and
 //     float64 reference, computes in neither). Host slices of them are
 //     []uint16 bit patterns; package forge/half converts.
+//   - A backend that computes in 16 bits (Metal) widens 16-bit inputs,
+//     computes in float32 and rounds each 16-bit output once. A call mixes
+//     at most one 16-bit dtype with float32, and only where stated here:
+//     statistics kept for a backward (norms' mean and rstd, attention's
+//     and cross-entropy's lse, per-row losses) are Float32; a norm's x and
+//     y are each Float32 or the 16-bit dtype, its w and b too, with dx
+//     like x, dy like y and dw, db like w; Reduce writes src's dtype or
+//     Float32; SumSquares writes Float32; MatMul's operands share a 16-bit
+//     dtype and dst is that or Float32. Every other kernel takes views of
+//     one dtype.
 //
 // A backend may leave kernels unimplemented by embedding Unimplemented; the
 // conformance suite (forge/forgetest) reports such kernels by name and
@@ -371,20 +381,21 @@ type Backend interface {
 
 	// SwiGLU writes y = silu(a)·b = a·sigmoid(a)·b (the gated unit of a
 	// SwiGLU MLP); y, a, b have one shape and are contiguous. The result
-	// is the unfused composition's: silu(a) rounded to the dtype, then
-	// multiplied by b.
+	// is the unfused composition's: silu(a) rounded to the dtype (float32
+	// for 16-bit views), then multiplied by b.
 	SwiGLU(y, a, b View)
 	// SwiGLUBackward writes da = g·b·silu'(a) and db = g·silu(a) (both
 	// overwritten) from the forward's inputs and the upstream g; all one
 	// shape, contiguous. Results are the unfused composition's: g·b and
-	// silu(a) rounded to the dtype first.
+	// silu(a) rounded to the dtype (float32 for 16-bit views) first.
 	SwiGLUBackward(da, db, a, b, g View)
 
 	// SumSquares writes Σ src² over every element of src (contiguous) into
-	// dst, a one-element view of src's dtype (any offset into a larger
-	// buffer, so the sums of many tensors can share one buffer and one
-	// read). It must be deterministic: the same for any number of workers
-	// (the CPU accumulates in float64 over fixed blocks).
+	// dst, a one-element view of src's dtype (Float32 for a 16-bit src) at
+	// any offset into a larger buffer, so the sums of many tensors can
+	// share one buffer and one read. It must be deterministic: the same
+	// for any number of workers (the CPU accumulates in float64 over fixed
+	// blocks).
 	SumSquares(dst, src View)
 	// AdamW applies one AdamW update in place to param, m and v from grad,
 	// all of one shape and dtype, contiguous (see AdamWParams). Elementwise,

@@ -121,7 +121,7 @@ func (c *Cache) Len() int { return c.Layers[0].Len }
 func (m *Model) NewCache(b int) *Cache {
 	c := &Cache{}
 	for _, blk := range m.Blocks {
-		c.Layers = append(c.Layers, blk.Attn.NewCache(b, m.Config.Context, m.Wte.Weight.DType()))
+		c.Layers = append(c.Layers, blk.Attn.NewCache(b, m.Config.Context, m.activations()))
 	}
 	return c
 }
@@ -157,19 +157,22 @@ func (m *Model) Forward(ids *forge.Tensor, cache *Cache) *forge.Tensor {
 		return m.Head.Forward(x)
 	}
 	// The tied head: a Linear over the embedding, in the compute dtype
-	// when mixed precision is on (logits back in float32). (B, T, Vp)
+	// when mixed precision is on (logits in it too). (B, T, Vp)
 	head := nn.Linear{Weight: m.Wte.Weight, Compute: m.compute}
 	return head.Forward(x)
 }
 
-// SetCompute turns mixed precision on or off, in the style of PyTorch's
-// autocast: with dt Float16 or BFloat16 every matmul of the forward (the
-// linear layers and the head) casts its operands to dt and runs there,
-// accumulating in float32, while the parameters stay float32 (the
-// optimizer's master weights) and the embeddings, norms, RoPE, attention,
-// SwiGLU/GELU and the loss run in float32 on values cast back at the
-// matmuls' outputs. Gradients flow back through the casts into float32
-// parameter gradients. dt Float32 is the plain float32 model.
+// SetCompute turns mixed precision on or off. With dt Float16 or BFloat16
+// the parameters stay float32 (the optimizer's master weights) and so does
+// the residual stream, while everything between a norm and the residual
+// add runs on 16-bit activations: each norm writes dt (from float32
+// arithmetic), every matmul (the linear layers and the head) casts its
+// weight to dt and multiplies with float32 accumulation, and RoPE,
+// attention, SwiGLU/GELU and the logits stay in dt (statistics — norms'
+// rstd, attention's log-sum-exp, the loss — in float32). A branch's output
+// is cast to float32 where it joins the residual stream. Gradients flow
+// back through the same dtypes into float32 parameter gradients.
+// dt Float32 is the plain float32 model.
 //
 // It returns an error, and changes nothing, when dt is not one of these
 // or when the model's device cannot compute in dt (the CPU stores 16-bit
@@ -186,11 +189,13 @@ func (m *Model) SetCompute(dt forge.DType) error {
 	}
 	m.compute = dt
 	var ls []*nn.Linear
+	norms := []*nn.Norm{m.NormF}
 	for _, b := range m.Blocks {
 		ls = append(ls, b.Attn.WQKV, b.Attn.WO, b.MLP.Up, b.MLP.Down)
 		if b.MLP.Gate != nil {
 			ls = append(ls, b.MLP.Gate)
 		}
+		norms = append(norms, b.Norm1, b.Norm2)
 	}
 	if m.Head != nil {
 		ls = append(ls, m.Head)
@@ -198,11 +203,23 @@ func (m *Model) SetCompute(dt forge.DType) error {
 	for _, l := range ls {
 		l.Compute = dt
 	}
+	for _, n := range norms {
+		n.Compute = dt
+	}
 	return nil
 }
 
-// Compute returns the dtype of the model's matmuls set by SetCompute
-// (Float32 unless mixed precision is on).
+// activations is the dtype of the activations inside the blocks: the
+// compute dtype under mixed precision, else the weights'.
+func (m *Model) activations() forge.DType {
+	if m.compute.IsHalf() {
+		return m.compute
+	}
+	return m.Wte.Weight.DType()
+}
+
+// Compute returns the dtype of the model's activations and matmuls set by
+// SetCompute (Float32 unless mixed precision is on).
 func (m *Model) Compute() forge.DType { return m.compute }
 
 // checkCompute runs a 1×1 product in dt on dev (and waits for it), so that

@@ -105,11 +105,18 @@ func (e *Embedding) Forward(ids *forge.Tensor) *forge.Tensor { return forge.Embe
 func (e *Embedding) Params() []Param { return []Param{{"weight", e.Weight}} }
 
 // Norm is a normalisation over the last axis: RMSNorm or LayerNorm.
+//
+// With Compute set to Float16 or BFloat16 (mixed precision, see
+// gpt.Model.SetCompute) the result is stored in that dtype — a float32
+// residual stream normalised straight into a 16-bit activation, in float32
+// arithmetic with the float32 weights; any other Compute (the zero value
+// is Float32) keeps x's dtype.
 type Norm struct {
-	Kind   string        // "rmsnorm" or "layernorm"
-	Weight *forge.Tensor // (C)
-	Bias   *forge.Tensor // (C), LayerNorm only, or nil
-	Eps    float64
+	Kind    string        // "rmsnorm" or "layernorm"
+	Weight  *forge.Tensor // (C)
+	Bias    *forge.Tensor // (C), LayerNorm only, or nil
+	Eps     float64
+	Compute forge.DType // Float16 or BFloat16: the result's dtype; else x's
 }
 
 // NewRMSNorm returns x/√(mean(x²)+eps)·w with w = 1.
@@ -129,10 +136,14 @@ func NewLayerNorm(in Init, dim int, eps float64, bias bool) *Norm {
 
 // Forward normalises x (…, C).
 func (n *Norm) Forward(x *forge.Tensor) *forge.Tensor {
-	if n.Kind == "layernorm" {
-		return forge.LayerNorm(x, n.Weight, n.Bias, n.Eps)
+	dt := x.DType()
+	if n.Compute.IsHalf() {
+		dt = n.Compute
 	}
-	return forge.RMSNorm(x, n.Weight, n.Eps)
+	if n.Kind == "layernorm" {
+		return forge.LayerNormAs(dt, x, n.Weight, n.Bias, n.Eps)
+	}
+	return forge.RMSNormAs(dt, x, n.Weight, n.Eps)
 }
 
 // Params implements Module.
@@ -327,10 +338,12 @@ type Block struct {
 	Training     bool
 }
 
-// Forward maps x (B, T, C) to (B, T, C).
+// Forward maps x (B, T, C) to (B, T, C). The branches' outputs are cast
+// to the residual stream's dtype before they are added (a no-op unless
+// mixed precision runs the branches in 16 bits).
 func (b *Block) Forward(x *forge.Tensor, cache *KVCache) *forge.Tensor {
-	x = x.Add(b.drop(b.Attn.Forward(b.Norm1.Forward(x), cache)))
-	return x.Add(b.drop(b.MLP.Forward(b.Norm2.Forward(x))))
+	x = x.Add(b.drop(b.Attn.Forward(b.Norm1.Forward(x), cache).Cast(x.DType())))
+	return x.Add(b.drop(b.MLP.Forward(b.Norm2.Forward(x)).Cast(x.DType())))
 }
 
 func (b *Block) drop(x *forge.Tensor) *forge.Tensor {

@@ -42,8 +42,9 @@ type Config struct {
 	ValFraction float64 `json:"val_fraction"` // 0.1 of the tokens held out
 
 	// Mixed precision (see gpt.Model.SetCompute): "float32" (the default;
-	// "" means it too), "bfloat16" or "float16" for the matmuls, with
-	// float32 master weights. float16 scales the loss dynamically.
+	// "" means it too), "bfloat16" or "float16" for the activations and
+	// matmuls, with float32 master weights and residual stream. float16
+	// scales the loss dynamically.
 	Precision string `json:"precision,omitempty"`
 	// LossScale is float16's initial loss scale, a power of two (0 =
 	// 65536); LossScaleWindow the good steps after which it doubles (0 =
