@@ -291,20 +291,27 @@ func (b *Backend) Sync() {
 	b.syncLocked()
 }
 
+// kernelArg is one argument of a dispatch: the driver's binding and, for
+// a buffer, the pool block it lies in, which run marks as used by the
+// command buffer it encodes the dispatch into (so the memory is not
+// recycled before that command buffer completes).
+type kernelArg struct {
+	drv driver.Arg
+	blk *block // nil for bytes
+}
+
 // arg is the binding of view v's buffer starting at element v.Offset (byte
-// offset = the sub-allocation's offset + v.Offset × element size). It marks
-// the buffer as used by the command buffer the next run encodes into, so its
-// memory is not recycled before that command buffer completes. A view with
-// a nil Buf (an absent optional operand) binds a small zeroed dummy buffer.
-func (b *Backend) arg(v backend.View) driver.Arg {
+// offset = the sub-allocation's offset + v.Offset × element size). A view
+// with a nil Buf (an absent optional operand) binds a small zeroed dummy
+// buffer.
+func (b *Backend) arg(v backend.View) kernelArg {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if v.Buf == nil {
 		if b.dummy == nil {
 			b.dummy = b.allocLocked(align)
 		}
-		b.stream.touch(b.dummy)
-		return driver.Arg{Buf: b.dummy.slab.buf, Offset: b.dummy.off}
+		return kernelArg{driver.Arg{Buf: b.dummy.slab.buf, Offset: b.dummy.off}, b.dummy}
 	}
 	x := asBuffer("arg", v.Buf)
 	blk := x.block("kernel argument")
@@ -315,8 +322,7 @@ func (b *Backend) arg(v backend.View) driver.Arg {
 	if off > blk.size {
 		panic(fmt.Sprintf("metal: arg: view offset %d beyond a buffer of %d elements", v.Offset, x.n))
 	}
-	b.stream.touch(blk)
-	return driver.Arg{Buf: blk.slab.buf, Offset: blk.off + off}
+	return kernelArg{driver.Arg{Buf: blk.slab.buf, Offset: blk.off + off}, blk}
 }
 
 // maxBytesArg is the largest setBytes block Metal accepts.
@@ -330,7 +336,7 @@ const maxBytesArg = 4096
 // add `_ uint32` fields where MSL pads (before a float2/uint2 or float4, for
 // example). int, uint, float64 and pointers are refused (MSL has no double;
 // int has no fixed size).
-func bytesArg(x any) driver.Arg {
+func bytesArg(x any) kernelArg {
 	var buf []byte
 	switch v := x.(type) {
 	case uint32:
@@ -353,7 +359,7 @@ func bytesArg(x any) driver.Arg {
 	if len(buf) > maxBytesArg {
 		panic(fmt.Sprintf("metal: bytesArg(%T): %d bytes, more than setBytes's %d", x, len(buf), maxBytesArg))
 	}
-	return driver.Arg{Bytes: buf}
+	return kernelArg{drv: driver.Arg{Bytes: buf}}
 }
 
 // checkBytesType panics unless t is made of fixed-size fields MSL has.

@@ -37,7 +37,6 @@ import (
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
-	"github.com/forgeml/forge/metal/driver"
 )
 
 // Geometry of kernels/attention.metal: ATTN_SG simdgroups of 8 rows at most
@@ -316,7 +315,7 @@ func (b *Backend) Attention(out, lse, q, k, v backend.View, p backend.AttentionP
 		name := kAttnNaiveFwdT[dt]
 		key := pkey(name, causal)
 		groups, threads := attnNaiveGrid(rows)
-		args := []driver.Arg{b.arg(out), b.arg(lse), b.arg(q), b.arg(k), b.arg(v), bytesArg(prm)}
+		args := []kernelArg{b.arg(out), b.arg(lse), b.arg(q), b.arg(k), b.arg(v), bytesArg(prm)}
 		if dt != backend.Float32 {
 			acc := b.attnScratch(rows * s.D) // float32 accumulators, a row per output row
 			defer b.Free(acc.Buf)
@@ -376,7 +375,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 			name := kAttnNaiveDQT[dt]
 			key := pkey(name, causal)
 			groups, threads := attnNaiveGrid(qn)
-			args := []driver.Arg{b.arg(dq), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
+			args := []kernelArg{b.arg(dq), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
 			if dt != backend.Float32 {
 				acc := b.attnScratch(qn * s.D)
 				defer b.Free(acc.Buf)
@@ -388,7 +387,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 			name := kAttnNaiveDKVT[dt]
 			key := pkey(name, causal)
 			groups, threads := attnNaiveGrid(kn)
-			args := []driver.Arg{b.arg(dk), b.arg(dv), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
+			args := []kernelArg{b.arg(dk), b.arg(dv), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
 			if dt != backend.Float32 {
 				acc := b.attnScratch(2 * kn * s.D) // dk's rows, then dv's
 				defer b.Free(acc.Buf)

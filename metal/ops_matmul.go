@@ -201,7 +201,7 @@ func matmul2dLayout(rows, cols, rs, cs int, trans bool) bool {
 // runMatMul2D launches matmul2d for one dispatch's batches (nz) and reports
 // whether it did: false when its pipeline does not compile (then the
 // backend says so once and turns matmul2d off).
-func (b *Backend) runMatMul2D(kn matmulNames, q matmulParams, nz int, aTrans, bTrans, accumulate bool, c, av, bv driver.Arg) bool {
+func (b *Backend) runMatMul2D(kn matmulNames, q matmulParams, nz int, aTrans, bTrans, accumulate bool, c, av, bv kernelArg) bool {
 	m, n := int(q.M), int(q.N)
 	// The outer stride of a row-major operand with one row is never used;
 	// give its tensor a valid one. (A column-major operand has more than one

@@ -185,7 +185,7 @@ func normDims(kernel string, x backend.View, views ...backend.View) (n, c int) {
 
 // runNormRows launches a row kernel over n rows of c: the key's constant 0
 // (norm_simd_rows) is chosen here and prepended to consts.
-func (b *Backend) runNormRows(kernel, label string, n, c int, consts []driver.Constant, args ...driver.Arg) {
+func (b *Backend) runNormRows(kernel, label string, n, c int, consts []driver.Constant, args ...kernelArg) {
 	simdRows := c <= normSimdRowsMax
 	key := pkey(kernel, append([]driver.Constant{cBool(0, simdRows)}, consts...)...)
 	pipe := b.pipelineFor(key)

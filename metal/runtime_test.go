@@ -187,8 +187,8 @@ func TestAlignmentAndArgOffsets(t *testing.T) {
 		}
 		if n > 3 {
 			a := b.arg(backend.View{Buf: x, Offset: 3, Shape: []int{1}, Strides: []int{1}})
-			if a.Buf != k.slab.buf || a.Offset != k.off+12 {
-				t.Fatalf("n=%d: arg at %d, want %d", n, a.Offset, k.off+12)
+			if a.drv.Buf != k.slab.buf || a.drv.Offset != k.off+12 || a.blk != k {
+				t.Fatalf("n=%d: arg at %d, want %d", n, a.drv.Offset, k.off+12)
 			}
 		}
 	}
@@ -517,7 +517,7 @@ func TestFreeAndUseAfterFree(t *testing.T) {
 	}
 	// An optional operand (nil Buf) binds a dummy buffer.
 	a := b.arg(backend.View{})
-	if a.Buf == nil {
+	if a.drv.Buf == nil || a.blk == nil {
 		t.Fatal("nil view bound nothing")
 	}
 }
@@ -532,13 +532,13 @@ func TestBytesArg(t *testing.T) {
 	}
 	a := bytesArg(params{N: 7, Scale: 1.5, Dims: [2]int32{-1, 3}, Flag: true})
 	want := []byte{7, 0, 0, 0, 0, 0, 0xc0, 0x3f, 0xff, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0, 0, 1}
-	if a.Buf != nil || string(a.Bytes) != string(want) {
-		t.Fatalf("bytesArg = % x, want % x", a.Bytes, want)
+	if a.drv.Buf != nil || a.blk != nil || string(a.drv.Bytes) != string(want) {
+		t.Fatalf("bytesArg = % x, want % x", a.drv.Bytes, want)
 	}
-	if got := bytesArg(float32(-2)).Bytes; math.Float32frombits(uint32(got[0])|uint32(got[1])<<8|uint32(got[2])<<16|uint32(got[3])<<24) != -2 {
+	if got := bytesArg(float32(-2)).drv.Bytes; math.Float32frombits(uint32(got[0])|uint32(got[1])<<8|uint32(got[2])<<16|uint32(got[3])<<24) != -2 {
 		t.Fatalf("float32 scalar: % x", got)
 	}
-	if got := bytesArg(int32(-2)).Bytes; string(got) != "\xfe\xff\xff\xff" {
+	if got := bytesArg(int32(-2)).drv.Bytes; string(got) != "\xfe\xff\xff\xff" {
 		t.Fatalf("int32 scalar: % x", got)
 	}
 	for _, bad := range []any{1, 1.5, struct{ A int }{}, struct{ A float64 }{}, [2000]uint32{}} {
@@ -593,4 +593,25 @@ func TestOverBudgetWorkingSet(t *testing.T) {
 		t.Fatalf("100 MiB live with a 4 MiB budget: %d collections, %+v (%v)", st.GCs, st, time.Since(start))
 	}
 	runtime.KeepAlive(keep)
+}
+
+// TestArgStampedWhenEncoded: a buffer bound (arg) before a command buffer
+// is committed and encoded (run) after it belongs to the command buffer it
+// is encoded into, whatever ran in between — another dispatch encoded
+// into the first command buffer, and the commit. (When arg stamped the
+// buffer, the other dispatch's run consumed the stamp list and the buffer
+// kept the first command buffer's serial: its memory could be recycled
+// while the second one still used it.)
+func TestArgStampedWhenEncoded(t *testing.T) {
+	b, _ := newTest(t)
+	x, y := b.Alloc(backend.Int32, 8), b.Alloc(backend.Int32, 8)
+	a := b.arg(view(x)) // bound now …
+	b.fillU32(y, 8, 1)  // … another dispatch goes into command buffer 1 …
+	b.Flush()           // … which is committed …
+	b.run("fill_u32", keyFill, [3]int{1, 1, 1}, [3]int{32, 1, 1}, a, bytesArg(uint32(8)), bytesArg(uint32(2)))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if use, cur := x.(*Buffer).blk.use, b.stream.serial; use != cur {
+		t.Fatalf("x is marked used by command buffer %d; it was encoded into %d", use, cur)
+	}
 }

@@ -27,10 +27,6 @@ type stream struct {
 	done   uint64               // every command buffer ≤ done has completed
 	labels []string             // labels of the dispatches encoded in cur
 
-	// args are the blocks bound by arg since the last run; run stamps them
-	// with the serial it encodes into.
-	args []*block
-
 	inflight []submitted // committed, not yet known to be complete, in order
 
 	profile bool          // one command buffer per kernel, waited for
@@ -57,12 +53,6 @@ type StreamStats struct {
 
 func (s *stream) init() { s.serial = 1 }
 
-// touch marks k as used by the command buffer the next run encodes into.
-func (s *stream) touch(k *block) {
-	k.use = s.serial
-	s.args = append(s.args, k)
-}
-
 // run encodes one dispatch of the pipeline named by key: groups
 // threadgroups of threads threads, with args bound at [[buffer(0)]],
 // [[buffer(1)]], … in order (buffer bindings from arg, constant blocks
@@ -70,14 +60,11 @@ func (s *stream) touch(k *block) {
 // pipeline comes from the cache; a pipeline that fails to compile panics
 // with the compiler's message naming the kernel. In profile mode the
 // dispatch runs at once in a command buffer of its own.
-func (b *Backend) run(label string, key driver.PipelineKey, groups, threads [3]int, args ...driver.Arg) {
+func (b *Backend) run(label string, key driver.PipelineKey, groups, threads [3]int, args ...kernelArg) {
 	pipe := b.pipelineFor(key)
 	for i, n := range groups {
 		if n <= 0 || threads[i] <= 0 {
 			if n == 0 {
-				b.mu.Lock()
-				b.stream.args = b.stream.args[:0]
-				b.mu.Unlock()
 				return // an empty grid: nothing to run
 			}
 			panic(fmt.Sprintf("metal: %s: bad grid %v × threadgroup %v", label, groups, threads))
@@ -87,10 +74,12 @@ func (b *Backend) run(label string, key driver.PipelineKey, groups, threads [3]i
 		panic(fmt.Sprintf("metal: %s: threadgroup %v has %d threads, more than %s's maximum %d",
 			label, threads, t, key.Kernel, pipe.MaxThreads()))
 	}
+	dargs := make([]driver.Arg, len(args))
 	for i, a := range args {
-		if a.Buf == nil && a.Bytes == nil {
+		if a.drv.Buf == nil && a.drv.Bytes == nil {
 			panic(fmt.Sprintf("metal: %s: argument %d is neither a buffer nor bytes", label, i))
 		}
+		dargs[i] = a.drv
 	}
 	if label == "" {
 		label = key.String()
@@ -105,12 +94,14 @@ func (b *Backend) run(label string, key driver.PipelineKey, groups, threads [3]i
 		s.cur = b.drv.NewCommandBuffer()
 		s.labels = s.labels[:0]
 	}
-	for _, k := range s.args {
-		k.use = s.serial
+	// The buffers are used by this command buffer: stamped here, in the
+	// critical section that encodes, so that no commit can come between.
+	for _, a := range args {
+		if a.blk != nil {
+			a.blk.use = s.serial
+		}
 	}
-	clear(s.args)
-	s.args = s.args[:0]
-	s.cur.Encode(driver.Dispatch{Pipeline: pipe, Args: args, Groups: groups, Threads: threads, Label: label})
+	s.cur.Encode(driver.Dispatch{Pipeline: pipe, Args: dargs, Groups: groups, Threads: threads, Label: label})
 	s.labels = append(s.labels, label)
 	s.st.Dispatches++
 	if s.profile {
