@@ -405,19 +405,6 @@ func (d *metalDriver) NewBuffer(size int) (driver.Buffer, error) {
 	return &mtlBuffer{id: id, b: unsafe.Slice((*byte)(cPointer(p)), size)}, nil
 }
 
-// usesTensorOps reports whether a kernel source includes Metal 4's tensor
-// headers (<metal_tensor>, MetalPerformancePrimitives): it needs MSL 4.0.
-func usesTensorOps(src string) bool {
-	for _, l := range strings.Split(src, "\n") {
-		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, "#") && strings.Contains(l, "include") &&
-			(strings.Contains(l, "<metal_tensor>") || strings.Contains(l, "MetalPerformancePrimitives")) {
-			return true
-		}
-	}
-	return false
-}
-
 // tensorFamilies reports (once) whether the OS is macOS 26 or later and
 // the GPU is in the Metal 4 family (it runs MSL 4.0 and its tensor ops),
 // and whether it is in the Apple10 family (neural accelerators in its GPU
@@ -449,7 +436,7 @@ func (d *metalDriver) TensorOps() driver.TensorOpsLevel {
 		}
 		files := make([]string, 0, 1)
 		for f, src := range d.sources {
-			if usesTensorOps(src) {
+			if driver.UsesTensorOps(src) {
 				files = append(files, f)
 			}
 		}
@@ -479,7 +466,7 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 		return 0, err
 	}
 	version, versionName := uintptr(mslVersion), mslVersionName
-	if usesTensorOps(d.sources[file]) {
+	if driver.UsesTensorOps(d.sources[file]) {
 		if metal4, _ := d.tensorFamilies(); !metal4 {
 			err := fmt.Errorf("metal: %s uses Metal 4 tensor ops, which %s does not run (macOS 26 and a Metal 4 GPU needed)", file, d.name)
 			d.libErrs[file] = err

@@ -199,3 +199,18 @@ type TensorOps interface {
 	// kernel files the first time (a failed compile is TensorOpsNone).
 	TensorOps() TensorOpsLevel
 }
+
+// UsesTensorOps reports whether a kernel source includes Metal 4's tensor
+// headers (<metal_tensor>, MetalPerformancePrimitives): it needs MSL 4.0
+// (the Metal driver compiles it so; the emulator with the shim's tensor
+// operations).
+func UsesTensorOps(src string) bool {
+	for _, l := range strings.Split(src, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "#") && strings.Contains(l, "include") &&
+			(strings.Contains(l, "<metal_tensor>") || strings.Contains(l, "MetalPerformancePrimitives")) {
+			return true
+		}
+	}
+	return false
+}

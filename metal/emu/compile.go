@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/cpu"
+
+	"github.com/forgeml/forge/metal/driver"
 )
 
 //go:embed shim runtime
@@ -225,7 +227,7 @@ func compileProgram(p *program, sources map[string]string, cacheDir string, log 
 		args = append(args, "-I", shimDir, "-I", srcDir)
 		if n != "forge_kernel_table.cpp" {
 			args = append(args, "-include", filepath.Join(shimDir, "metal_shim.h"))
-			if usesTensorOps(sources[strings.TrimSuffix(n, ".cpp")]) {
+			if driver.UsesTensorOps(sources[strings.TrimSuffix(n, ".cpp")]) {
 				// MSL 4.0 tensor ops (shim/forge_tensor_ops.h): a class-type
 				// template argument (matmul2d's descriptor) needs C++20.
 				args = append(args, "-std=c++20", "-include", filepath.Join(shimDir, "forge_tensor_ops.h"))
@@ -285,20 +287,6 @@ func compileProgram(p *program, sources map[string]string, cacheDir string, log 
 	}
 	pruneCache(cacheDir, out)
 	return compileResult{path: out, duration: time.Since(start)}, nil
-}
-
-// usesTensorOps reports whether a kernel file includes MSL 4.0's tensor
-// headers (<metal_tensor>, MetalPerformancePrimitives), whose emulation the
-// shim's forge_tensor_ops.h provides.
-func usesTensorOps(src string) bool {
-	for _, l := range strings.Split(src, "\n") {
-		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, "#") && strings.Contains(l, "include") &&
-			(strings.Contains(l, "<metal_tensor>") || strings.Contains(l, "MetalPerformancePrimitives")) {
-			return true
-		}
-	}
-	return false
 }
 
 // pruneCache keeps the cache from growing without bound: it removes all
