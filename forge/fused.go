@@ -31,15 +31,16 @@ func SwiGLU(a, b *Tensor) *Tensor {
 	})
 }
 
-// SumSquares returns Σ t² over all elements as a 0-d tensor, computed by
-// one fused kernel (accumulated in float64 on the CPU, deterministic).
+// SumSquares returns Σ t² over all elements as a 0-d tensor (float32 for a
+// 16-bit t), computed by one fused kernel (accumulated in float64 on the
+// CPU, deterministic).
 func (t *Tensor) SumSquares() *Tensor {
 	sameFloat("sum_squares", t)
 	x := t.Contiguous()
-	out := newTensor(t.dev, t.dtype, nil)
+	out := newTensor(t.dev, statDType(t.dtype), nil)
 	sumSquaresInto(out, 0, x)
 	return record(out, "sum_squares", []*Tensor{x}, func(g *Tensor) []*Tensor {
-		return []*Tensor{x.Mul(g.MulScalar(2))}
+		return []*Tensor{x.Mul(g.MulScalar(2).Cast(x.dtype))}
 	})
 }
 
@@ -74,7 +75,7 @@ func SumSquaresOf(ts []*Tensor) []float64 {
 	}
 	for _, k := range order {
 		idx := groups[k]
-		sums := newTensor(k.dev, k.dt, []int{len(idx)})
+		sums := newTensor(k.dev, statDType(k.dt), []int{len(idx)})
 		for j, i := range idx {
 			sumSquaresInto(sums, j, ts[i].Contiguous())
 		}
@@ -219,7 +220,7 @@ func NewGradClipScaled(grads []*Tensor, maxNorm, lossScale float64) *GradClip {
 	if len(c.groups) == 1 {
 		gr := &c.groups[0]
 		if gc, ok := gr.dev.b.(backend.GradClipper); ok {
-			sums := newTensor(gr.dev, gr.dt, []int{len(grads)})
+			sums := newTensor(gr.dev, statDType(gr.dt), []int{len(grads)})
 			for j, g := range grads {
 				sumSquaresInto(sums, j, g.Contiguous())
 			}

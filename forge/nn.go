@@ -45,7 +45,7 @@ func (t *Tensor) softmax(op string, axis int, log bool) *Tensor {
 }
 
 // checkNormWeight panics unless w is nil or a 1-D float tensor of length c
-// whose dtype is x's, or float32 when the norm involves a 16-bit dtype.
+// on x's device (normDTypes checks how the dtypes combine).
 func checkNormWeight(op, what string, x, w *Tensor, c int) {
 	if w == nil {
 		return
@@ -77,13 +77,21 @@ func normDTypes(op string, x *Tensor, y DType, ws ...*Tensor) DType {
 			h = dt
 		}
 	}
-	ok := func(dt DType) bool { return dt == x.dtype || h.IsHalf() && (dt == h || dt == Float32) }
+	ok := func(dt DType) bool {
+		if h.IsHalf() {
+			return dt == h || dt == Float32
+		}
+		return dt == x.dtype
+	}
+	if !ok(x.dtype) {
+		panic(errorf(op, "input %v %v with %v: a 16-bit norm takes float32 or %v tensors; Cast the input to forge.Float32", x.dtype, x.shape, h, h))
+	}
 	if !ok(y) {
 		panic(errorf(op, "output dtype %v differs from input %v %v; convert with Cast", y, x.dtype, x.shape))
 	}
-	for _, w := range ws {
+	for i, w := range ws {
 		if w != nil && !ok(w.dtype) {
-			panic(errorf(op, "weight %v %v does not match input %v %v; convert one with Cast", w.dtype, w.shape, x.dtype, x.shape))
+			panic(errorf(op, "%s %v %v does not match input %v %v; convert one with Cast", [2]string{"weight", "bias"}[min(i, 1)], w.dtype, w.shape, x.dtype, x.shape))
 		}
 	}
 	if h.IsHalf() {

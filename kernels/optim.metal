@@ -3,7 +3,7 @@
 // optimizer update without reading the norm back first.
 //
 // grad_clip_f32: one thread adds the n per-tensor sums of squares (written
-// by sum_squares_f32 into one buffer) in index order — deterministic — as
+// by the sum_squares kernels into one buffer) in index order — deterministic — as
 // a compensated float pair, takes the corrected square root, and writes the
 // state (backend.ClipNorm, ClipCoef, ClipSkip) for gradients that are the
 // true ones times a loss scale (unscale = 1/scale, a power of two, so the

@@ -272,3 +272,72 @@ func TestAMPActivations(t *testing.T) {
 	}
 	t.Logf("bfloat16 kernels seen: %v", seen)
 }
+
+// TestAMPArchitectures trains the other architectures — GPT-2 style
+// (LayerNorm with biases, GELU, learned positions, untied head) and
+// SwiGLU with biases — for three bfloat16 steps on metal-emu against the
+// float32 CPU (same bound as TestAMPMatchesCPU), then generates with the
+// KV cache: biases (float32 parameters) meet 16-bit activations in every
+// layer there.
+func TestAMPArchitectures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains on the emulator")
+	}
+	dev := openTestDevice(t)
+	mb := dev.Backend().(*Backend)
+	cpuDev, err := forge.OpenDevice("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const steps, u = 3, 0x1p-8
+	for _, arch := range []struct {
+		name string
+		set  func(*gpt.Config)
+	}{
+		{"gpt2", func(c *gpt.Config) {
+			c.Norm, c.MLP, c.Position, c.Bias, c.Untied, c.KVHeads = "layernorm", "gelu", "learned", true, true, 2
+		}},
+		{"swiglu+bias", func(c *gpt.Config) { c.Bias = true }},
+	} {
+		t.Run(arch.name, func(t *testing.T) {
+			cfg := trainConfig(1)
+			arch.set(&cfg.Model)
+			want, _, _, err := trainRun(cpuDev, cfg, steps)
+			if err != nil {
+				t.Fatalf("cpu: %v", err)
+			}
+			cfg.Precision = "bfloat16"
+			got, _, _, err := trainRun(dev, cfg, steps)
+			if err != nil {
+				pendingOrFail(t, mb, err)
+			}
+			for i := range want {
+				if rel := math.Abs(got[i].Loss-want[i].Loss) / want[i].Loss; rel > 4*u {
+					t.Errorf("step %d: loss %.6f, float32 cpu %.6f (rel %.1e > %.1e)", i+1, got[i].Loss, want[i].Loss, rel, 4*u)
+				}
+			}
+			prev := forge.DefaultDevice()
+			forge.SetDefaultDevice(dev)
+			defer forge.SetDefaultDevice(prev)
+			err = forge.Try(func() {
+				m, err := gpt.New(cfg.Model, cfg.Seed)
+				if err != nil {
+					panic(err)
+				}
+				if err := m.SetCompute(forge.BFloat16); err != nil {
+					panic(err)
+				}
+				out, err := m.Generate([]int{1, 2, 3}, gpt.GenerateOptions{MaxTokens: 5, Seed: 1})
+				if err != nil {
+					panic(err)
+				}
+				if len(out) != 5 {
+					t.Errorf("generated %d tokens, want 5", len(out))
+				}
+			})
+			if err != nil {
+				t.Fatalf("bfloat16 generation: %v", err)
+			}
+		})
+	}
+}

@@ -258,8 +258,6 @@ type metalDriver struct {
 
 	famOnce         sync.Once
 	metal4, apple10 bool // the GPU families of the tensor ops (and macOS 26)
-	tensorOnce      sync.Once
-	tensorOps       driver.TensorOpsLevel
 }
 
 type mathMode struct {
@@ -424,35 +422,22 @@ func (d *metalDriver) tensorFamilies() (metal4, apple10 bool) {
 	return d.metal4, d.apple10
 }
 
-// TensorOps implements driver.TensorOps: none unless tensorFamilies finds
-// macOS 26 and a Metal 4 GPU and every tensor-op source file compiles (as
-// MSL 4.0; a failure is said once on stderr); then accelerated on the
-// Apple10 family, else supported. Decided once.
+// TensorOps implements driver.TensorOps from the GPU families alone: none
+// unless tensorFamilies finds macOS 26 and a Metal 4 GPU, then accelerated
+// on the Apple10 family, else supported. Nothing is compiled here: the
+// tensor-op files compile (as MSL 4.0) when a product first uses them, and
+// a compile failure then turns the variant off for the backend (said once
+// on stderr), so a Mac whose products never take the variant — auto mode
+// below Apple10 — never compiles it.
 func (d *metalDriver) TensorOps() driver.TensorOpsLevel {
-	d.tensorOnce.Do(func() {
-		metal4, apple10 := d.tensorFamilies()
-		if !metal4 {
-			return // TensorOpsNone
-		}
-		files := make([]string, 0, 1)
-		for f, src := range d.sources {
-			if driver.UsesTensorOps(src) {
-				files = append(files, f)
-			}
-		}
-		sort.Strings(files)
-		for _, f := range files {
-			if _, err := d.library(f); err != nil {
-				fmt.Fprintf(os.Stderr, "metal: %s: Metal 4 tensor ops are off (the simdgroup kernels run instead): %v\n", d.name, err)
-				return // TensorOpsNone
-			}
-		}
-		d.tensorOps = driver.TensorOpsSupported
-		if apple10 {
-			d.tensorOps = driver.TensorOpsAccelerated
-		}
-	})
-	return d.tensorOps
+	metal4, apple10 := d.tensorFamilies()
+	switch {
+	case apple10:
+		return driver.TensorOpsAccelerated
+	case metal4:
+		return driver.TensorOpsSupported
+	}
+	return driver.TensorOpsNone
 }
 
 // library returns the compiled library of a source file, compiling it on

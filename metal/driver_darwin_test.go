@@ -140,6 +140,10 @@ func TestMetalDriver(t *testing.T) {
 }
 
 // TestMetalForgeKernelsCompile compiles every embedded kernel source file.
+// The MSL 4.0 tensor-op files must compile where the GPU runs them only as
+// far as the backend relies on it: their failure turns the matmul2d
+// variant off, so it is logged, not failed (a macOS 26.0 SDK lacks the
+// float32 and bfloat16 operand types, say).
 func TestMetalForgeKernelsCompile(t *testing.T) {
 	drv, err := openGPU()
 	if err != nil {
@@ -152,7 +156,12 @@ func TestMetalForgeKernelsCompile(t *testing.T) {
 		files[f] = true
 	}
 	for f := range files {
-		if _, err := md.library(f); err != nil {
+		_, err := md.library(f)
+		switch {
+		case err == nil:
+		case driver.UsesTensorOps(md.sources[f]):
+			t.Logf("%s (tensor ops: %v): %v — matmul2d is off on this Mac", f, md.TensorOps(), err)
+		default:
 			t.Error(err)
 		}
 	}

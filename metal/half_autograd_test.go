@@ -57,3 +57,36 @@ func TestHalfAutograd(t *testing.T) {
 		t.Logf("%v: loss %.6g (float32 %.6g), gradient within %.2g of its largest element", tc.dt, loss, wantLoss, worst)
 	}
 }
+
+// TestHalfSumSquares: sums of squares of 16-bit tensors (forge.SumSquaresOf,
+// Tensor.SumSquares with its gradient, the clip's norm) are float32, within
+// a float32 rounding of the float64 sum of the widened values.
+func TestHalfSumSquares(t *testing.T) {
+	dev := openTestDevice(t)
+	g := forge.NewGenerator(3)
+	x32 := g.Randn(forge.Float32, 1000)
+	for _, dt := range []forge.DType{forge.Float16, forge.BFloat16} {
+		x := x32.To(dev).Cast(dt)
+		want := 0.0
+		for _, v := range x.Float64s() {
+			want += v * v
+		}
+		got := forge.SumSquaresOf([]*forge.Tensor{x})[0]
+		if math.Abs(got-want) > 1e-6*want {
+			t.Errorf("%v: SumSquaresOf %v, float64 %v", dt, got, want)
+		}
+		p := x.Detach().RequiresGrad()
+		s := p.SumSquares()
+		if s.DType() != forge.Float32 || math.Abs(s.Item()-want) > 1e-6*want {
+			t.Errorf("%v: SumSquares %v %v, float64 %v", dt, s.DType(), s.Item(), want)
+		}
+		s.Backward()
+		if gr := p.Grad(); gr.DType() != dt || math.Abs(gr.Float64s()[7]-2*x.Float64s()[7]) > 1e-2*math.Abs(x.Float64s()[7]) {
+			t.Errorf("%v: gradient %v, want 2x", dt, gr.DType())
+		}
+		c := forge.NewGradClip([]*forge.Tensor{x}, 1)
+		if n := c.Norm(); math.Abs(n-math.Sqrt(want)) > 1e-6*math.Sqrt(want) {
+			t.Errorf("%v: clip norm %v, want %v", dt, n, math.Sqrt(want))
+		}
+	}
+}

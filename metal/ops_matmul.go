@@ -48,9 +48,10 @@ package metal
 // operations (MetalPerformancePrimitives' matmul2d, MSL 4.0), which run on
 // the neural accelerators of Apple10-family GPUs (M5, A19 and later). The
 // device's level comes from the driver (the optional driver.TensorOps):
-// the Metal driver says none before macOS 26, on a GPU outside the Metal 4
-// family, or when matmul2d.metal does not compile; supported on Metal 4
-// GPUs without neural accelerators; accelerated on the Apple10 family. The
+// the Metal driver says none before macOS 26 or on a GPU outside the Metal
+// 4 family, supported on Metal 4 GPUs without neural accelerators,
+// accelerated on the Apple10 family (matmul2d.metal compiles when a
+// product first takes it; a failure turns the variant off). The
 // emulator, whose shim implements the tensor ops, counts as accelerated
 // (so CI runs the variant) unless FORGE_EMU_TENSOR_OPS=0.
 //
@@ -58,8 +59,12 @@ package metal
 // driver once): a product goes to matmul2d when
 //
 //   - the path allows it: FORGE_METAL_MATMUL unset (auto) needs an
-//     accelerated device, FORGE_METAL_MATMUL=matmul2d any device that runs
-//     tensor ops at all, FORGE_METAL_MATMUL=simdgroup (or naive) never;
+//     accelerated device and 16-bit operands (float32 products stay on the
+//     simdgroup kernel until the accelerators' float32 speed and precision
+//     are measured: other projects send float32 there only as an opt-in
+//     relaxed "TF32"), FORGE_METAL_MATMUL=matmul2d any device that runs
+//     tensor ops at all and any dtype, FORGE_METAL_MATMUL=simdgroup (or
+//     naive) never;
 //   - it is not split (split-K keeps the simdgroup kernels: matmul2d has no
 //     split form yet);
 //   - both operands have the layouts matmul2d.metal takes: unit stride
@@ -67,8 +72,9 @@ package metal
 //     a view) and an outer stride no smaller than that axis's extent;
 //     anything else (a non-unit inner stride, overlapping rows) runs the
 //     simdgroup kernel, which reads any strides;
-//   - its pipeline compiles; if not, the backend says so once on stderr
-//     and never tries matmul2d again.
+//   - its pipeline compiles and takes matmul2d.metal's 128-thread
+//     threadgroups of 32-wide simdgroups; if not, the backend says so once
+//     on stderr and never tries matmul2d again.
 //
 // FORGE_METAL_MATMUL takes a comma-separated list: naive, nosplit,
 // simdgroup, matmul2d.
@@ -166,9 +172,10 @@ func (b *Backend) tensorOpsLevel() driver.TensorOpsLevel {
 // (said once on stderr; those backends use the simdgroup kernels).
 var m2Failed sync.Map // *Backend → error
 
-// matmul2dOn reports whether the path and the device let products go to
-// matmul2d (the layouts are checked apart: matmul2dLayout).
-func (b *Backend) matmul2dOn() bool {
+// matmul2dOn reports whether the path and the device let products with
+// operands of dtype dt go to matmul2d (the layouts are checked apart:
+// matmul2dLayout).
+func (b *Backend) matmul2dOn(dt backend.DType) bool {
 	var want driver.TensorOpsLevel
 	switch matmulPath.Load() {
 	case pathSimdgroup:
@@ -176,6 +183,9 @@ func (b *Backend) matmul2dOn() bool {
 	case pathMatMul2D:
 		want = driver.TensorOpsSupported
 	default:
+		if !dt.IsHalf() {
+			return false
+		}
 		want = driver.TensorOpsAccelerated
 	}
 	if b.tensorOpsLevel() < want {
@@ -213,7 +223,13 @@ func (b *Backend) runMatMul2D(kn matmulNames, q matmulParams, nz int, aTrans, bT
 		q.BRs = max(q.BRs, int32(n))
 	}
 	key := pkey(kn.tensor, cBool(0, aTrans), cBool(1, bTrans), cBool(5, accumulate))
-	if err := b.tryPipeline(key); err != nil {
+	err := b.tryPipeline(key)
+	if err == nil {
+		if p := b.pipelineFor(key); p.MaxThreads() < m2Threads || p.SIMDWidth() != 32 {
+			err = fmt.Errorf("%s: threadgroups of at most %d threads, simdgroups of %d; matmul2d.metal needs %d and 32", kn.tensor, p.MaxThreads(), p.SIMDWidth(), m2Threads)
+		}
+	}
+	if err != nil {
 		if _, dup := m2Failed.LoadOrStore(b, err); !dup {
 			fmt.Fprintf(os.Stderr, "metal: matmul2d (tensor ops) is off, the simdgroup kernels run instead: %v\n", err)
 		}
@@ -414,7 +430,7 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 	bTrans := n > 1 && bm.Strides[len(bm.Strides)-1] != 1 && (k == 1 || bm.Strides[len(bm.Strides)-2] == 1)
 	naive := naiveMatMul.Load()
 	tensorOps := !naive && matmul2dLayout(m, k, int(p.ARs), int(p.ACs), aTrans) &&
-		matmul2dLayout(k, n, int(p.BRs), int(p.BCs), bTrans) && b.matmul2dOn()
+		matmul2dLayout(k, n, int(p.BRs), int(p.BCs), bTrans) && b.matmul2dOn(a.DType())
 	bufs := []backend.Buffer{dst.Buf, a.Buf, bm.Buf}
 	b.batchSplit(bl, func(sub layout) {
 		q := p

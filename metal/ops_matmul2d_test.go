@@ -290,7 +290,6 @@ func TestMatMul2DSelection(t *testing.T) {
 	e := newOpsEnv(t)
 	needTensorOps(t, e.dev)
 	_, isEmu := e.dev.Driver().(*emu.Driver)
-	accel := e.dev.tensorOpsLevel() == driver.TensorOpsAccelerated
 	type sel struct {
 		name    string
 		path    int32
@@ -303,10 +302,7 @@ func TestMatMul2DSelection(t *testing.T) {
 	}
 	row := func(r, c int) vspec { return mmOperand(nil, nil, r, c, false, 0) }
 	col := func(r, c int) vspec { return mmOperand(nil, nil, r, c, true, 0) }
-	auto := "matmul_f32.nn"
-	if accel {
-		auto = "matmul2d_f32.nn"
-	}
+	auto := "matmul_f32.nn" // float32: auto never takes matmul2d (the level table below checks 16-bit)
 	cases := []sel{
 		{name: "forced, nn", path: pathMatMul2D, a: row(20, 30), b: row(30, 40), want: []string{"matmul2d_f32.nn"}},
 		{name: "forced, tt", path: pathMatMul2D, a: col(20, 30), b: col(30, 40), want: []string{"matmul2d_f32.tt"}},
@@ -380,8 +376,12 @@ func TestMatMul2DSelection(t *testing.T) {
 		b := New(&levelDriver{newFakeDriver(), c.lvl})
 		for path, want := range map[int32]bool{pathAuto: c.auto, pathMatMul2D: c.forced, pathSimdgroup: c.simdgroupOff} {
 			withMatMul(path, true, func() {
-				if got := b.matmul2dOn(); got != want {
-					t.Errorf("level %v, path %d: matmul2d %v, want %v", c.lvl, path, got, want)
+				if got := b.matmul2dOn(backend.Float16); got != want {
+					t.Errorf("level %v, path %d: matmul2d %v for float16, want %v", c.lvl, path, got, want)
+				}
+				// float32 products go to matmul2d only when forced.
+				if got, want32 := b.matmul2dOn(backend.Float32), want && path != pathAuto; got != want32 {
+					t.Errorf("level %v, path %d: matmul2d %v for float32, want %v", c.lvl, path, got, want32)
 				}
 			})
 		}

@@ -14,7 +14,7 @@ import (
 
 var (
 	kGradClip     = kernels.Name("grad_clip", "f32")
-	kAdamWClipped = kAdamW + ".clipped" // the profile label of adamw_f32 with a clip state
+	kAdamWClipped = kAdamW + ".clipped" // the dispatch label of adamw_f32 with a clip state
 )
 
 // gradClipParams mirrors GradClipParams in kernels/optim.metal.

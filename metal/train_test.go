@@ -296,7 +296,9 @@ func TestGradClipMatchesCPU(t *testing.T) {
 			}
 		}
 		w := e.newPair(backend.Float32, contig(n), e.normal)
-		g := e.newPair(backend.Float32, contig(n), func(int) float64 { return 3 * e.rng.NormFloat64() })
+		// Gradients of the loss times the loss scale (1/unscale), as the
+		// sums say.
+		g := e.newPair(backend.Float32, contig(n), func(int) float64 { return 3 * e.rng.NormFloat64() / c.unscale })
 		m := e.newPair(backend.Float32, contig(n), func(int) float64 { return 0.1 * e.rng.NormFloat64() })
 		v := e.newPair(backend.Float32, contig(n), func(int) float64 { return 0.1 * e.rng.Float64() })
 		w0, _ := e.read(w)

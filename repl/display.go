@@ -48,6 +48,9 @@ func (s *Session) inspect(name string, t *forge.Tensor) {
 	if g := t.Grad(); g != nil {
 		gs := g.Stats()
 		fmt.Fprintf(w, "  grad    %s, norm %.4g\n", statsLine(gs), norm(g))
+		if s.run != nil && s.run.Trainer.Config.Precision == "float16" && t.Grad() != nil {
+			fmt.Fprintln(w, "          (float16 run: a step's gradients include its loss scale, see :plot loss_scale)")
+		}
 	} else if st.RequiresGrad {
 		fmt.Fprintln(w, "  grad    none yet (after a :step, parameters keep the last step's gradient)")
 	}

@@ -462,7 +462,7 @@ func ClipFactor(norm, maxNorm float64) (coef, skip float64) {
 
 // Elements of the state GradClip writes (a ClipStateLen-element vector).
 const (
-	ClipNorm     = 0 // the global L2 norm √Σ sums
+	ClipNorm     = 0 // the global L2 norm √Σ sums · unscale
 	ClipCoef     = 1 // the scale AdamWClipped applies to the gradient
 	ClipSkip     = 2 // 1 when the norm is not finite (no update), else 0
 	ClipStateLen = 3
@@ -484,7 +484,7 @@ type GradClipper interface {
 	// clip computes; Metal, which has no float64, in Float32.
 	ClipStateDType(dt DType) DType
 	// GradClip adds the n sums of squares in sums (contiguous, the
-	// gradients' dtype) in index order, in ClipStateDType or wider, and
+	// gradients' dtype, Float32 for 16-bit gradients) in index order, in ClipStateDType or wider, and
 	// writes the ClipStateLen elements of state (contiguous,
 	// ClipStateDType), for gradients that must first be multiplied by
 	// unscale (1/loss scale, a power of two; 1 without loss scaling):

@@ -237,7 +237,24 @@ func floats[T Float](v backend.View) []T {
 }
 
 func badDType(kernel string, dt backend.DType) string {
+	if dt.IsHalf() {
+		return fmt.Sprintf("cpu: %s: unsupported dtype %v%s", kernel, dt, halfHint)
+	}
 	return fmt.Sprintf("cpu: %s: unsupported dtype %v", kernel, dt)
+}
+
+// halfHint says what to do with 16-bit data on the CPU.
+const halfHint = " (the CPU stores float16 and bfloat16 but computes only in float32 and float64: Cast to forge.Float32, or use a Metal device)"
+
+// mismatch is the message of two dtypes a kernel cannot mix.
+func mismatch(kernel string, a, b backend.DType) string {
+	if a.IsHalf() {
+		return badDType(kernel, a)
+	}
+	if b.IsHalf() {
+		return badDType(kernel, b)
+	}
+	return fmt.Sprintf("cpu: %s: dtypes differ: %v and %v", kernel, a, b)
 }
 
 // noHalf panics with badDType if a view (with a buffer) is Float16 or

@@ -30,7 +30,7 @@ func checkSame(kernel string, views ...backend.View) backend.DType {
 	n := views[0].Numel()
 	for _, v := range views {
 		if v.DType() != dt {
-			panic(fmt.Sprintf("cpu: %s: dtypes differ: %v and %v", kernel, dt, v.DType()))
+			panic(mismatch(kernel, dt, v.DType()))
 		}
 		if v.Numel() != n {
 			panic(fmt.Sprintf("cpu: %s: element counts differ: %v and %v", kernel, views[0].Shape, v.Shape))

@@ -91,7 +91,7 @@ func dispatchElem(kernel string, v backend.View, f32 func(), f64 func(), i32 fun
 
 func checkSameDType(kernel string, a, b backend.View) {
 	if a.DType() != b.DType() {
-		panic(fmt.Sprintf("cpu: %s: dtype mismatch: %v and %v", kernel, a.DType(), b.DType()))
+		panic(mismatch(kernel, a.DType(), b.DType()))
 	}
 }
 

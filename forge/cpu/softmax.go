@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -78,7 +77,7 @@ func checkFloat(kernel string, dt backend.DType, views ...backend.View) {
 	}
 	for _, v := range views {
 		if v.Buf != nil && v.DType() != dt {
-			panic(fmt.Sprintf("cpu: %s: dtype mismatch: %v and %v", kernel, dt, v.DType()))
+			panic(mismatch(kernel, dt, v.DType()))
 		}
 	}
 }

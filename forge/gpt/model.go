@@ -33,7 +33,7 @@ type Model struct {
 
 	gen      *forge.Generator // dropout masks
 	training bool
-	compute  forge.DType // dtype of the matmuls (SetCompute): Float32 (the zero value) or 16-bit
+	compute  forge.DType // dtype of the activations and matmuls (SetCompute): Float32 (the zero value) or 16-bit
 }
 
 // New builds a model with weights drawn from seed.
@@ -222,7 +222,8 @@ func (m *Model) activations() forge.DType {
 // SetCompute (Float32 unless mixed precision is on).
 func (m *Model) Compute() forge.DType { return m.compute }
 
-// checkCompute runs a 1×1 product in dt on dev (and waits for it), so that
+// checkCompute runs a norm into dt and a product in it on dev (and waits
+// for them), so that
 // a device without 16-bit compute is reported here rather than by a
 // kernel deep inside the first step.
 func checkCompute(dev *forge.Device, dt forge.DType) (err error) {
@@ -234,8 +235,9 @@ func checkCompute(dev *forge.Device, dt forge.DType) (err error) {
 		}
 	}()
 	forge.NoGrad(func() {
-		a := forge.ZerosOf(forge.Float32, 1, 1).To(dev).Cast(dt)
-		a.MatMul(a).Cast(forge.Float32).Item()
+		a := forge.ZerosOf(forge.Float32, 1, 2).To(dev)
+		h := forge.RMSNormAs(dt, a, nil, 1e-5)     // a norm into dt, …
+		h.MatMul(h.T()).Cast(forge.Float32).Item() // … and a product in it
 	})
 	return nil
 }

@@ -35,9 +35,10 @@ func (in Init) dtype() forge.DType {
 // With Compute set to a 16-bit dtype (mixed precision, see
 // gpt.Model.SetCompute), the product runs in it: x and the weight (the
 // float32 master copy) are cast to Compute, multiplied (accumulated in
-// float32 by the backend), and the result is cast back to x's dtype before
-// the bias is added. The casts carry the gradients back, so the weight's
-// gradient stays in its own dtype. Any other Compute (the zero value is
+// float32 by the backend), and the result is cast back to x's dtype (a
+// no-op when x is already 16-bit); the bias is cast to the result's dtype
+// and added. The casts carry the gradients back, so the parameters'
+// gradients stay in their own dtype. Any other Compute (the zero value is
 // Float32) is the plain product in the weight's dtype.
 type Linear struct {
 	Weight  *forge.Tensor // (out, in)
@@ -64,7 +65,7 @@ func (l *Linear) Forward(x *forge.Tensor) *forge.Tensor {
 		y = x.MatMul(l.Weight.T())
 	}
 	if l.Bias != nil {
-		y = y.Add(l.Bias)
+		y = y.Add(l.Bias.Cast(y.DType()))
 	}
 	return y
 }
@@ -300,7 +301,8 @@ func (m *MLP) Forward(x *forge.Tensor) *forge.Tensor {
 			g, u = forge.MatMulPair(x, m.Gate.Weight.T(), x, m.Up.Weight.T())
 		case m.Up.Compute == dt:
 			// Mixed precision: both products in dt, cast back to x's
-			// dtype for SwiGLU (a float32 kernel).
+			// dtype (a no-op when x is already 16-bit, as a norm's
+			// output under gpt.Model.SetCompute is).
 			xc := x.Cast(dt)
 			g, u = forge.MatMulPair(xc, m.Gate.Weight.Cast(dt).T(), xc, m.Up.Weight.Cast(dt).T())
 			g, u = g.Cast(x.DType()), u.Cast(x.DType())
@@ -308,7 +310,7 @@ func (m *MLP) Forward(x *forge.Tensor) *forge.Tensor {
 			return m.Down.Forward(forge.SwiGLU(m.Gate.Forward(x), m.Up.Forward(x)))
 		}
 		if m.Gate.Bias != nil {
-			g, u = g.Add(m.Gate.Bias), u.Add(m.Up.Bias)
+			g, u = g.Add(m.Gate.Bias.Cast(g.DType())), u.Add(m.Up.Bias.Cast(u.DType()))
 		}
 		return m.Down.Forward(forge.SwiGLU(g, u))
 	}

@@ -67,7 +67,7 @@ func GradNorm(params []*forge.Tensor) float64 {
 // finite. maxNorm 0 computes the norm (and the skip flag) only. Read
 // Norm and Skipped after queueing the step, so that a training step waits
 // once. The results are ClipGradNorm's followed by Step (on the CPU bit
-// for bit), except that the gradients are left unscaled.
+// for bit), except that the gradients are left as they are (not clipped).
 func ClipGradNormDeferred(params []*forge.Tensor, maxNorm float64) *forge.GradClip {
 	return ClipGradNormDeferredScaled(params, maxNorm, 1)
 }

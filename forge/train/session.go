@@ -715,9 +715,12 @@ func (o *OpenOptions) UseData(paths []string) error {
 	if len(paths) == 0 {
 		return nil
 	}
-	if len(paths) == 1 {
-		if fi, err := os.Stat(paths[0]); err == nil && fi.IsDir() {
-			o.Prepared = paths[0]
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			if len(paths) > 1 {
+				return fmt.Errorf("%s is a directory: a prepared corpus (forge prepare) must be the only --data", p)
+			}
+			o.Prepared = p
 			return nil
 		}
 	}

@@ -170,10 +170,12 @@ type Trainer struct {
 }
 
 // lossScaler is float16's dynamic loss scaling, as torch.amp.GradScaler:
-// the backward starts from the loss times scale, the gradients are
-// divided by it before the clip and AdamW, a step with a non-finite
-// gradient is skipped and halves it, and window good steps in a row
-// double it. The scale is a power of two, so scaling and unscaling are
+// the backward starts from the loss times scale, the clip divides it out
+// of the gradient norm and of AdamW's coefficient (the gradients keep it),
+// a step with a non-finite gradient is skipped and halves it (not below
+// 1: a run that overflows float16 even unscaled keeps skipping, every
+// record saying so — train in bfloat16 then), and window good steps in a
+// row double it. The scale is a power of two, so scaling and unscaling are
 // exact (barring float32 underflow).
 type lossScaler struct {
 	scale  float64
@@ -184,7 +186,7 @@ type lossScaler struct {
 // update moves the scale after a step.
 func (s *lossScaler) update(skipped bool) {
 	if skipped {
-		s.scale, s.good = s.scale/2, 0
+		s.scale, s.good = max(s.scale/2, 1), 0
 		return
 	}
 	if s.good++; s.good >= s.window {

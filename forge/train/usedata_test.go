@@ -44,3 +44,17 @@ func TestUseData(t *testing.T) {
 		}
 	}
 }
+
+// TestUseDataDirectoryNotAlone: a prepared directory among other paths is
+// an error saying it must be the only --data.
+func TestUseDataDirectoryNotAlone(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "a.txt")
+	if err := os.WriteFile(f, []byte("text"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var o OpenOptions
+	if err := o.UseData([]string{f, dir}); err == nil || !strings.Contains(err.Error(), "only --data") {
+		t.Errorf("a directory with a file: %v", err)
+	}
+}
