@@ -27,17 +27,7 @@ func Fused(t *testing.T, dev *forge.Device) {
 	// run runs one check; one that reaches a kernel the backend declares
 	// missing is reported by name and counted (pending.go).
 	run := func(name string, check func(*testing.T, *forge.Device, forge.DType), dt forge.DType) {
-		t.Run(name+"_"+dt.String(), func(t *testing.T) {
-			defer func() {
-				if r := recover(); r != nil {
-					if k, ok := pl.declaredMissing(r); ok {
-						pl.skip(t, k, "")
-					}
-					panic(r)
-				}
-			}()
-			check(t, dev, dt)
-		})
+		pl.run(t, name+"_"+dt.String(), func(t *testing.T) { check(t, dev, dt) })
 	}
 	for _, dt := range dts {
 		run("swiglu", fusedSwiGLU, dt)

@@ -88,6 +88,22 @@ func (p *pendingLog) skip(t testing.TB, kernel, where string) {
 		kernel, p.dev.Backend().Name(), where)
 }
 
+// run runs check as the subtest name of t; a check that reaches a kernel
+// the backend declares missing is skipped, naming it, and counted.
+func (p *pendingLog) run(t *testing.T, name string, check func(t *testing.T)) {
+	t.Run(name, func(t *testing.T) {
+		defer func() {
+			if r := recover(); r != nil {
+				if k, ok := p.declaredMissing(r); ok {
+					p.skip(t, k, "")
+				}
+				panic(r)
+			}
+		}()
+		check(t)
+	})
+}
+
 // report logs how many checks of part reached declared-missing kernels,
 // by kernel.
 func (p *pendingLog) report(t testing.TB, part string) {
