@@ -1,5 +1,7 @@
 package backend
 
+import "fmt"
+
 // Layout is k views of one shape with their dimensions coalesced, the
 // form elementwise kernels iterate over: dimensions of size 1 dropped and
 // adjacent dimensions merged wherever every view's strides allow, so a
@@ -49,4 +51,44 @@ func Coalesce(views ...View) Layout {
 		}
 	}
 	return l
+}
+
+// BatchStrides returns the strides of x's batch dimensions (all but its
+// last two, a matrix's) aligned to the nb leading batch dimensions of
+// dst: 0 where x broadcasts (a size-1 or missing leading dimension). It
+// returns an error naming the shapes when x has more batch dimensions than
+// dst or one that does not broadcast. The matmul kernels of every backend
+// use it.
+func BatchStrides(x View, dst []int, nb int) ([]int, error) {
+	xb := len(x.Shape) - 2
+	if xb > nb {
+		return nil, fmt.Errorf("operand %v has more batch dims than dst %v", x.Shape, dst)
+	}
+	st := make([]int, nb)
+	for d := 0; d < xb; d++ {
+		dd := nb - xb + d
+		switch {
+		case x.Shape[d] == dst[dd]:
+			st[dd] = x.Strides[d]
+		case x.Shape[d] == 1:
+			st[dd] = 0
+		default:
+			return nil, fmt.Errorf("batch dims of %v do not broadcast to dst %v", x.Shape, dst)
+		}
+	}
+	return st, nil
+}
+
+// SplitAxis returns (P, S, Q) for shape around axis: the products of the
+// dimensions before it, its size, and the product of those after it (the
+// three groups the index kernels see).
+func SplitAxis(shape []int, axis int) (p, s, q int) {
+	p, q = 1, 1
+	for _, d := range shape[:axis] {
+		p *= d
+	}
+	for _, d := range shape[axis+1:] {
+		q *= d
+	}
+	return p, shape[axis], q
 }

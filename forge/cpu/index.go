@@ -32,18 +32,6 @@ func elems[E elem](v backend.View) []E {
 	}
 }
 
-// splitAxis returns (P, S, Q) for shape around axis.
-func splitAxis(shape []int, axis int) (p, s, q int) {
-	p, q = 1, 1
-	for _, d := range shape[:axis] {
-		p *= d
-	}
-	for _, d := range shape[axis+1:] {
-		q *= d
-	}
-	return p, shape[axis], q
-}
-
 // indexList returns the Int32 indices of idx in row-major order: the buffer
 // itself when idx is contiguous, a copy otherwise.
 func indexList(kernel string, idx backend.View) []int32 {
@@ -129,7 +117,7 @@ func chunkRange(k, nq, q int) (lo, hi int) {
 func (b *Backend) IndexSelect(dst, src, idx backend.View, axis int) {
 	checkSameDType("index_select", dst, src)
 	ix := indexList("index_select", idx)
-	p, s, q := splitAxis(src.Shape, axis)
+	p, s, q := backend.SplitAxis(src.Shape, axis)
 	checkIndices("index_select", ix, s)
 	dispatchElem("index_select", src,
 		func() { indexSelect(b, elems[float32](dst), elems[float32](src), ix, p, s, q) },
@@ -156,7 +144,7 @@ func indexSelect[E elem](b *Backend, dst, src []E, idx []int32, p, s, q int) {
 func (b *Backend) IndexAdd(dst, src, idx backend.View, axis int) {
 	checkSameDType("index_add", dst, src)
 	ix := indexList("index_add", idx)
-	p, s, q := splitAxis(dst.Shape, axis)
+	p, s, q := backend.SplitAxis(dst.Shape, axis)
 	checkIndices("index_add", ix, s)
 	dispatchElem("index_add", dst,
 		func() { indexAdd(b, elems[float32](dst), elems[float32](src), ix, p, s, q) },
@@ -220,7 +208,7 @@ func addTo[E elem](dst, src []E) {
 func (b *Backend) Gather(dst, src, idx backend.View, axis int) {
 	checkSameDType("gather", dst, src)
 	ix := indexList("gather", idx)
-	p, ni, q := splitAxis(idx.Shape, axis)
+	p, ni, q := backend.SplitAxis(idx.Shape, axis)
 	s := src.Shape[axis]
 	checkIndices("gather", ix, s)
 	dispatchElem("gather", src,
@@ -249,7 +237,7 @@ func gatherAxis[E elem](b *Backend, dst, src []E, idx []int32, p, s, ni, q int) 
 func (b *Backend) ScatterAdd(dst, g, idx backend.View, axis int) {
 	checkSameDType("scatter_add", dst, g)
 	ix := indexList("scatter_add", idx)
-	p, ni, q := splitAxis(idx.Shape, axis)
+	p, ni, q := backend.SplitAxis(idx.Shape, axis)
 	s := dst.Shape[axis]
 	checkIndices("scatter_add", ix, s)
 	dispatchElem("scatter_add", dst,

@@ -137,7 +137,7 @@ func rkBitsEqual(got, want []float64) int {
 func TestIndexSelectAndAdd(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	for _, c := range rkSelectCases() {
-		p, s, q := splitAxis(c.shape, c.axis)
+		p, s, q := backend.SplitAxis(c.shape, c.axis)
 		idx := rkIndices(rng, c.ni, s)
 		outShape := append(append(append([]int(nil), c.shape[:c.axis]...), c.ni), c.shape[c.axis+1:]...)
 		for _, dt := range rkIndexDTypes {
@@ -198,7 +198,7 @@ func rkGatherCases() []rkGatherCase {
 func TestGatherAndScatterAdd(t *testing.T) {
 	rng := rand.New(rand.NewPCG(33, 34))
 	for _, c := range rkGatherCases() {
-		p, ni, q := splitAxis(c.idx, c.axis)
+		p, ni, q := backend.SplitAxis(c.idx, c.axis)
 		s := c.src[c.axis]
 		n := rkProd(c.idx)
 		var idx []float64
@@ -249,7 +249,7 @@ func TestIndexAdjoint(t *testing.T) {
 	rng := rand.New(rand.NewPCG(35, 36))
 	dt := backend.Float64
 	for _, c := range rkSelectCases()[:4] {
-		_, s, _ := splitAxis(c.shape, c.axis)
+		_, s, _ := backend.SplitAxis(c.shape, c.axis)
 		idx := rkIndices(rng, c.ni, s)
 		out := append(append(append([]int(nil), c.shape[:c.axis]...), c.ni), c.shape[c.axis+1:]...)
 		x, g := rkNormal(rng, rkProd(c.shape), 1, 0), rkNormal(rng, rkProd(out), 1, 0)

@@ -306,21 +306,9 @@ func batchOffsets(dst, a, bm backend.View, nb int) []int {
 	views := [3]backend.View{a, bm, dst}
 	var strides [3][]int
 	for v, x := range views {
-		st := make([]int, rb)
-		xb := len(x.Shape) - 2
-		if xb > rb {
-			panic(fmt.Sprintf("cpu: matmul: operand %v has more batch dims than dst %v", x.Shape, dst.Shape))
-		}
-		for d := 0; d < xb; d++ {
-			dd := rb - xb + d
-			switch {
-			case x.Shape[d] == dst.Shape[dd]:
-				st[dd] = x.Strides[d]
-			case x.Shape[d] == 1:
-				st[dd] = 0
-			default:
-				panic(fmt.Sprintf("cpu: matmul: batch dims of %v do not broadcast to dst %v", x.Shape, dst.Shape))
-			}
+		st, err := backend.BatchStrides(x, dst.Shape, rb)
+		if err != nil {
+			panic("cpu: matmul: " + err.Error())
 		}
 		strides[v] = st
 	}
