@@ -381,32 +381,10 @@ func rowDot[T Float](a, b []T) float64 {
 //
 // Four rows at a time: sequential reads, four-element runs of writes (half
 // the time of a plain double loop).
-func transposeInto[T Float](t, x []T, rows, cols int) {
-	t, x = t[:rows*cols], x[:rows*cols]
-	i := 0
-	for ; i+4 <= rows; i += 4 {
-		r0 := x[i*cols : (i+1)*cols]
-		r1 := x[(i+1)*cols : (i+2)*cols]
-		r2 := x[(i+2)*cols : (i+3)*cols]
-		r3 := x[(i+3)*cols : (i+4)*cols]
-		for j := range r0 {
-			d := t[j*rows+i : j*rows+i+4 : j*rows+i+4]
-			d[0], d[1], d[2], d[3] = r0[j], r1[j], r2[j], r3[j]
-		}
-	}
-	for ; i < rows; i++ {
-		for j := 0; j < cols; j++ {
-			t[j*rows+i] = x[i*cols+j]
-		}
-	}
-}
+func transposeInto[T Float](t, x []T, rows, cols int) { transposeStrided(t, x, rows, cols, cols) }
 
 // transposeStrided is transposeInto for a source whose rows are ld apart.
 func transposeStrided[T Float](t, x []T, rows, cols, ld int) {
-	if ld == cols || rows <= 1 {
-		transposeInto(t, x, rows, cols)
-		return
-	}
 	t = t[:rows*cols]
 	i := 0
 	for ; i+4 <= rows; i += 4 {
