@@ -240,7 +240,8 @@ func storeReduceAcc(op backend.ReduceOp, dst backend.View, lo int, a reduceAcc) 
 }
 
 // redCursor walks the rows (innermost runs) of one view of a coalesced
-// layout without allocating per step.
+// layout — or of any strided view, with shape and strides its outer axes
+// (RoPE) — without allocating per step.
 type redCursor struct {
 	shape, strides []int // the outer dims
 	idx            []int // multi-index of the current row

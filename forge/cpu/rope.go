@@ -129,38 +129,6 @@ func (b *Backend) RoPEStrided(y, x backend.View, pos0 int, theta float64, invers
 	}
 }
 
-// ropeRowIter walks the rows of a strided x (every axis but the last) in
-// row-major order: off is the element offset of the current row.
-type ropeRowIter struct {
-	shape, strides, idx []int
-	off                 int
-}
-
-// newRopeRowIter starts at row.
-func newRopeRowIter(x backend.View, row int) ropeRowIter {
-	r := len(x.Shape) - 1
-	it := ropeRowIter{shape: x.Shape[:r], strides: x.Strides[:r], idx: make([]int, r), off: x.Offset}
-	for d := r - 1; d >= 0; d-- {
-		n := x.Shape[d]
-		it.idx[d] = row % n
-		it.off += it.idx[d] * x.Strides[d]
-		row /= n
-	}
-	return it
-}
-
-func (it *ropeRowIter) next() {
-	for d := len(it.idx) - 1; d >= 0; d-- {
-		it.idx[d]++
-		it.off += it.strides[d]
-		if it.idx[d] < it.shape[d] {
-			return
-		}
-		it.off -= it.idx[d] * it.strides[d]
-		it.idx[d] = 0
-	}
-}
-
 func ropeRows[T Float](b *Backend, y, x backend.View, pos0 int, theta float64, inverse bool) {
 	r := len(x.Shape)
 	d, t := 1, 1
@@ -193,9 +161,11 @@ func ropeRows[T Float](b *Backend, y, x backend.View, pos0 int, theta float64, i
 	half := d / 2
 	b.parallelFor(rows, 3*d, func(lo, hi int) {
 		// Strided: an odometer over the row axes gives each row's offset.
-		var it ropeRowIter
+		var it redCursor
 		if strided {
-			it = newRopeRowIter(x, lo)
+			r := len(x.Shape) - 1
+			it = redCursor{shape: x.Shape[:r], strides: x.Strides[:r], idx: make([]int, r), off0: x.Offset}
+			it.seek(lo)
 		}
 		for row := lo; row < hi; row++ {
 			p := row % t
