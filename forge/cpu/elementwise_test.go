@@ -120,6 +120,8 @@ func ewMake(b *Backend, rng *rand.Rand, dt backend.DType, shape []int, kind ewKi
 	return ewTensor{v: backend.View{Buf: buf, Offset: offset, Shape: append([]int(nil), shape...), Strides: strides}, host: host}
 }
 
+// ewWrite writes float64 values into buf, converted to its dtype (16-bit
+// ones rounded once).
 func ewWrite(b *Backend, buf backend.Buffer, host []float64) {
 	switch buf.DType() {
 	case backend.Float32:
@@ -134,6 +136,12 @@ func ewWrite(b *Backend, buf backend.Buffer, host []float64) {
 		s := make([]int32, len(host))
 		for i, v := range host {
 			s[i] = int32(v)
+		}
+		b.Write(buf, s)
+	default:
+		s := make([]uint16, len(host))
+		for i, v := range host {
+			s[i] = halfBits(buf.DType(), v)
 		}
 		b.Write(buf, s)
 	}

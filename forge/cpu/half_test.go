@@ -105,33 +105,6 @@ func readAll(be *Backend, b backend.Buffer) []float64 {
 	return out
 }
 
-// writeAll writes float64 values into b, converted to its dtype (16-bit
-// ones rounded once).
-func writeAll(be *Backend, b backend.Buffer, v []float64) {
-	switch b.DType() {
-	case backend.Float32:
-		h := make([]float32, len(v))
-		for i, x := range v {
-			h[i] = float32(x)
-		}
-		be.Write(b, h)
-	case backend.Float64:
-		be.Write(b, v)
-	case backend.Int32:
-		h := make([]int32, len(v))
-		for i, x := range v {
-			h[i] = int32(x)
-		}
-		be.Write(b, h)
-	default:
-		h := make([]uint16, len(v))
-		for i, x := range v {
-			h[i] = halfBits(b.DType(), x)
-		}
-		be.Write(b, h)
-	}
-}
-
 // convertRef is Copy's conversion of one value x of dtype from (exact in
 // float64) to dtype to, as a float64.
 func convertRef(to backend.DType, x float64) float64 {
@@ -174,7 +147,7 @@ func TestHalfCopy(t *testing.T) {
 					vals[i] = math.Ldexp(rng.Float64()*2-1, rng.Intn(50)-25)
 				}
 			}
-			writeAll(be, src, vals)
+			ewWrite(be, src, vals)
 			have := readAll(be, src) // the values as stored in from
 			cases := []struct {
 				name string
@@ -193,7 +166,7 @@ func TestHalfCopy(t *testing.T) {
 			for _, c := range cases {
 				// dst: every other column of a wider buffer.
 				dbuf := be.Alloc(to, rows*cols*2)
-				writeAll(be, dbuf, make([]float64, dbuf.Len()))
+				ewWrite(be, dbuf, make([]float64, dbuf.Len()))
 				dv := backend.View{Buf: dbuf, Offset: 1, Shape: []int{rows, cols}, Strides: []int{2 * cols, 2}}
 				be.Copy(dv, c.sv)
 				got := readAll(be, dbuf)
@@ -247,7 +220,7 @@ func TestHalfFill(t *testing.T) {
 	for _, dt := range halfDTypes {
 		for _, v := range []float64{0, math.Copysign(0, -1), 1.0 / 3, -2.5, 1e6, 1e-9, math.Inf(-1), math.NaN()} {
 			buf := be.Alloc(dt, 2*poolMinElems)
-			writeAll(be, buf, make([]float64, buf.Len()))
+			ewWrite(be, buf, make([]float64, buf.Len()))
 			be.Fill(backend.View{Buf: buf, Offset: 1, Shape: []int{poolMinElems}, Strides: []int{2}}, v)
 			got := readAll(be, buf)
 			want := halfValue(dt, halfBits(dt, v))
