@@ -131,25 +131,9 @@ static inline bool attn_visible(int i, int j, int shift, int tk) {
     return j < tk && (!attn_causal || j <= shift + i);
 }
 
-// ---- storage types -----------------------------------------------------------
-// attn_widen reads a stored value as float (exact); attn_narrow rounds a
-// float32 result once to the storage type: float → half by the hardware
-// conversion (to nearest even), float → bfloat to nearest even in integer
-// arithmetic (NaN stays NaN, quiet), as forge/half rounds.
-static inline float attn_widen(float x) { return x; }
-static inline float attn_widen(half x) { return float(x); }
-static inline float attn_widen(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T attn_narrow(float x);
-template <> inline float attn_narrow<float>(float x) { return x; }
-template <> inline half attn_narrow<half>(float x) { return half(x); }
-template <> inline bfloat attn_narrow<bfloat>(float x) {
-    const uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// Storage types: forge_widen reads a stored value as float (exact);
+// forge_narrow rounds a float32 result once to the storage type (the
+// prelude, forge_half.h).
 
 // attn_load_rows_safe loads the 8 × 8 block at x (rows row0 … row0+7,
 // rows ld apart) into m, widened, through the simdgroup's 8×8 scratch:
@@ -159,7 +143,7 @@ static inline void attn_load_rows_safe(thread simdgroup_float8x8& m, const devic
                                        uint nrows, uint ncols, threadgroup float* scr, uint lane) {
     for (uint e = lane; e < 64; e += 32) {
         const uint r = row0 + e / 8;
-        scr[e] = r < nrows && e % 8 < ncols ? attn_widen(x[ulong(r) * ld + e % 8]) : 0.0f;
+        scr[e] = r < nrows && e % 8 < ncols ? forge_widen(x[ulong(r) * ld + e % 8]) : 0.0f;
     }
     simdgroup_barrier(mem_flags::mem_threadgroup);
     simdgroup_load(m, scr, 8);
@@ -194,7 +178,7 @@ static inline void attn_store_rows_safe(thread simdgroup_float8x8& m, device T* 
     for (uint e = lane; e < 64; e += 32) {
         const uint r = row0 + e / 8;
         if (r < nrows && e % 8 < ncols) {
-            x[ulong(r) * ld + e % 8] = attn_narrow<T>(scr[e]);
+            x[ulong(r) * ld + e % 8] = forge_narrow<T>(scr[e]);
         }
     }
     simdgroup_barrier(mem_flags::mem_threadgroup);
@@ -227,7 +211,7 @@ static inline void attn_stage(threadgroup float* t, const device T* a, ulong ld,
         const uint r = e / D;
         const uint c = e % D;
         const uint g = row0 + r;
-        t[r * G::LDT + c] = g < nrows && c < ncols ? attn_widen(a[ulong(g) * ld + c]) : 0.0f;
+        t[r * G::LDT + c] = g < nrows && c < ncols ? forge_widen(a[ulong(g) * ld + c]) : 0.0f;
     }
 }
 
@@ -468,8 +452,8 @@ kernel void attention_bwd_delta(device float* delta [[buffer(0)]],
     float hi = 0.0f;
     float lo = 0.0f;
     for (uint d = lane; d < p.D; d += 32) {
-        const float od = attn_widen(o[d]);
-        const float gd = attn_widen(g[d]);
+        const float od = forge_widen(o[d]);
+        const float gd = forge_widen(g[d]);
         const float x = od * gd;
         lo += fma(od, gd, -x); // the product's rounding error, exactly
         attn_two_sum(hi, lo, x);
@@ -802,7 +786,7 @@ template <typename T>
 static inline float attn_dot(const device T* a, const device T* b, uint n) {
     float s = 0.0f;
     for (uint d = 0; d < n; d++) {
-        s = fma(attn_widen(a[d]), attn_widen(b[d]), s);
+        s = fma(forge_widen(a[d]), forge_widen(b[d]), s);
     }
     return s;
 }
@@ -824,7 +808,7 @@ static inline void attn_acc_out(device float* o, const device float* a, uint n) 
 template <typename T>
 static inline void attn_acc_out(device T* o, const device float* a, uint n) {
     for (uint d = 0; d < n; d++) {
-        o[d] = attn_narrow<T>(a[d]);
+        o[d] = forge_narrow<T>(a[d]);
     }
 }
 
@@ -873,7 +857,7 @@ static inline void attn_naive_fwd_row(ulong n, device T* out, device float* lse,
         const float pr = exp(s - m) * inv;
         const device T* vr = vh + ulong(j) * p.v_st;
         for (uint d = 0; d < p.D; d++) {
-            acc[d] = fma(pr, attn_widen(vr[d]), acc[d]);
+            acc[d] = fma(pr, forge_widen(vr[d]), acc[d]);
         }
     }
     attn_acc_out(orow, acc, p.D);
@@ -909,7 +893,7 @@ static inline void attn_naive_dq_row(ulong n, device T* dq, const device T* q, c
         const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lr);
         const float g = pr * (attn_dot(gr, vh + ulong(j) * p.v_st, p.D) - dl);
         for (uint d = 0; d < p.D; d++) {
-            dr[d] = fma(g, attn_widen(kr[d]), dr[d]);
+            dr[d] = fma(g, forge_widen(kr[d]), dr[d]);
         }
     }
     for (uint d = 0; d < p.D; d++) {
@@ -951,8 +935,8 @@ static inline void attn_naive_dkv_row(ulong n, device T* dk, device T* dv, const
             const float pr = exp(attn_dot(qr, kr, p.D) * p.scale - lse[bh * p.Tq + i]);
             const float g = pr * (attn_dot(gr, vr, p.D) - delta[bh * p.Tq + i]);
             for (uint d = 0; d < p.D; d++) {
-                dvr[d] = fma(pr, attn_widen(gr[d]), dvr[d]);
-                dkr[d] = fma(g, attn_widen(qr[d]), dkr[d]);
+                dvr[d] = fma(pr, forge_widen(gr[d]), dvr[d]);
+                dkr[d] = fma(g, forge_widen(qr[d]), dkr[d]);
             }
         }
     }

@@ -94,24 +94,9 @@ static inline int binary_offset(constant BinaryParams& p, uint v, uint i) {
 }
 
 // Storage types of binary_T: float32, float16 (half) and bfloat16 (bfloat),
-// one dtype for dst, a and b. Loads widen to float32 (exact), the op runs
-// in float32, the store rounds once: float → half is the hardware
-// conversion (round to nearest even); float → bfloat rounds to nearest
-// even in integer arithmetic (NaN stays NaN, quiet), as forge/half does.
-static inline float binary_load(float x) { return x; }
-static inline float binary_load(half x) { return float(x); }
-static inline float binary_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T binary_store(float x);
-template <> inline float binary_store<float>(float x) { return x; }
-template <> inline half binary_store<half>(float x) { return half(x); }
-template <> inline bfloat binary_store<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// one dtype for dst, a and b. Loads widen to float32 (forge_widen, exact),
+// the op runs in float32, the store rounds once (forge_narrow: the
+// prelude, forge_half.h).
 
 template <typename T>
 kernel void binary_t(device T* dst [[buffer(0)]],
@@ -121,9 +106,9 @@ kernel void binary_t(device T* dst [[buffer(0)]],
                      uint gid [[thread_position_in_grid]],
                      uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float av = binary_load(a[binary_offset(p, 1, i)]);
-        float bv = binary_load(b[binary_offset(p, 2, i)]);
-        dst[binary_offset(p, 0, i)] = binary_store<T>(binary_apply(av, bv));
+        float av = forge_widen(a[binary_offset(p, 1, i)]);
+        float bv = forge_widen(b[binary_offset(p, 2, i)]);
+        dst[binary_offset(p, 0, i)] = forge_narrow<T>(binary_apply(av, bv));
     }
 }
 

@@ -78,10 +78,11 @@ kernel void copy_x32(device uint* dst [[buffer(0)]],
 // narrowing to float16 is the hardware's float → half conversion (round to
 // nearest even, overflow to ±Inf, half subnormals kept; NaNs on the bits,
 // copy_f16_bits); narrowing to bfloat16 rounds to nearest even in integer
-// arithmetic (copy_bf16_bits), so it does not depend on how a compiler or
-// GPU converts float → bfloat. int32 → 16-bit rounds once: the int32 is
-// first rounded to float32 *to odd* (copy_i32_to_odd_float: exact when it
-// fits 24 bits, else the truncation with its last bit set), which keeps
+// arithmetic (forge_bf16_bits, the prelude's: forge_half.h), so it does
+// not depend on how a compiler or GPU converts float → bfloat. int32 →
+// 16-bit rounds once: the int32 is first rounded to float32 *to odd*
+// (copy_i32_to_odd_float: exact when it fits 24 bits, else the
+// truncation with its last bit set), which keeps
 // the information a single rounding to ≤ 11 bits needs, so the narrowing
 // gives the int32 rounded once to nearest even, as package forge/half
 // rounds the exact value (a plain float(int) first would round twice:
@@ -93,28 +94,17 @@ enum : uint { COPY_F32 = 0, COPY_I32 = 1, COPY_F16 = 2, COPY_BF16 = 3 };
 constant uint copy_src_type [[function_constant(3)]];
 constant uint copy_dst_type [[function_constant(4)]];
 
-// copy_bf16_bits rounds f to the nearest bfloat16 (ties to even) and
-// returns its bits; NaN stays NaN with its sign and top payload bits, the
-// quiet bit set.
-static inline ushort copy_bf16_bits(float f) {
-    uint u = as_type<uint>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return ushort((u >> 16) | 0x40u);
-    }
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return ushort(u >> 16);
-}
-
 // copy_f16_bits rounds f to the nearest float16 (ties to even: the
-// hardware conversion) and returns its bits; a NaN is narrowed on the bits
-// (sign and top payload bits kept, quiet bit set), so its payload does not
-// depend on what a GPU's conversion does with NaNs.
+// hardware conversion, forge_narrow<half>) and returns its bits; unlike
+// forge_narrow<half>, a NaN is narrowed on the bits (sign and top payload
+// bits kept, quiet bit set), so its payload does not depend on what a
+// GPU's conversion does with NaNs.
 static inline ushort copy_f16_bits(float f) {
     uint u = as_type<uint>(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
         return ushort(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu));
     }
-    return as_type<ushort>(half(f));
+    return as_type<ushort>(forge_narrow<half>(f));
 }
 
 // copy_i32_to_odd_float is v rounded to float32 to odd: v itself when
@@ -148,14 +138,15 @@ static inline float copy_load_float(const device uchar* src, int os) {
     case COPY_I32: return copy_i32_to_odd_float(((const device int*)src)[os]);
     case COPY_F16: {
         // NaNs widen with their payload as it is (a signalling NaN stays
-        // one), as forge/half widens: a hardware conversion may quiet it.
+        // one), as forge/half widens: a hardware conversion (forge_widen)
+        // may quiet it.
         const uint h = ((const device ushort*)src)[os];
         if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u) {
             return as_type<float>(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
         }
-        return float(as_type<half>(ushort(h)));
+        return forge_widen(as_type<half>(ushort(h)));
     }
-    default: return as_type<float>(uint(((const device ushort*)src)[os]) << 16);
+    default: return forge_bf16_float(((const device ushort*)src)[os]);
     }
 }
 
@@ -195,7 +186,7 @@ kernel void copy_cvt(device uchar* dst [[buffer(0)]],
             ((device ushort*)dst)[od] = copy_f16_bits(copy_load_float(src, os));
             break;
         default:
-            ((device ushort*)dst)[od] = copy_bf16_bits(copy_load_float(src, os));
+            ((device ushort*)dst)[od] = forge_bf16_bits(copy_load_float(src, os));
             break;
         }
     }

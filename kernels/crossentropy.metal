@@ -53,24 +53,8 @@ struct CrossEntropyParams {
     uint flags;   // CE_WRITE_LOSS, CE_WRITE_LSE (forward), CE_HAS_IGNORE
 };
 
-// Storage types: loads widen to float32 (exact); stores round once: float
-// → half by the hardware conversion (round to nearest even), float →
-// bfloat to nearest even in integer arithmetic (NaN stays NaN, quiet), as
-// forge/half rounds.
-static inline float ce_load(float x) { return x; }
-static inline float ce_load(half x) { return float(x); }
-static inline float ce_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T ce_store(float x);
-template <> inline float ce_store<float>(float x) { return x; }
-template <> inline half ce_store<half>(float x) { return half(x); }
-template <> inline bfloat ce_store<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// Storage types: loads widen to float32 (forge_widen, exact); stores round
+// once (forge_narrow: the prelude, forge_half.h).
 
 // ce_log1p is log(1 + r) for r ≥ 0, accurate for small r (Goldberg's
 // correction: the rounding of 1 + r cancels in log(u)·r/(u − 1)).
@@ -140,7 +124,7 @@ kernel void cross_entropy_t(device float* loss [[buffer(0)]],
     float r = 0.0f;
     uint bad = 0;
     for (uint j = tid; j < p.cols; j += tsize) {
-        float v = ce_load(xr[j]);
+        float v = forge_widen(xr[j]);
         if (isnan(v) || v == INFINITY) {
             bad = 1;
         } else if (v > m) {
@@ -177,7 +161,7 @@ kernel void cross_entropy_t(device float* loss [[buffer(0)]],
     } else {
         float l1p = ce_log1p(r);
         e = m + l1p;
-        l = uint(t) < p.cols ? (m - ce_load(xr[t])) + l1p : NAN;
+        l = uint(t) < p.cols ? (m - forge_widen(xr[t])) + l1p : NAN;
     }
     if ((p.flags & CE_WRITE_LOSS) != 0) {
         loss[row] = ignored ? 0.0f : l;
@@ -224,20 +208,20 @@ kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
     // Uniform over the threadgroup: no barrier is left waiting.
     if ((p.flags & CE_HAS_IGNORE) != 0 && t == p.ignore) {
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = ce_store<T>(0.0f);
+            dr[j] = forge_narrow<T>(0.0f);
         }
         return;
     }
     if (uint(t) >= p.cols) {
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = ce_store<T>(NAN);
+            dr[j] = forge_narrow<T>(NAN);
         }
         return;
     }
 
     // Pass 1: the row max M (every thread starts from x[t]) and
     // S_o = Σ_{j≠t} exp(x_j − M), online; NaN or +Inf anywhere makes S_o NaN.
-    const float xt = ce_load(xr[t]); // read before any thread writes the row
+    const float xt = forge_widen(xr[t]); // read before any thread writes the row
     const bool xt_bad = isnan(xt) || xt == INFINITY;
     float m = isnan(xt) ? -INFINITY : xt;
     float acc = xt_bad ? NAN : 0.0f;
@@ -245,7 +229,7 @@ kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
         if (j == uint(t)) {
             continue;
         }
-        float v = ce_load(xr[j]);
+        float v = forge_widen(xr[j]);
         if (isnan(v) || v == INFINITY) {
             acc = NAN;
         } else if (v > m) {
@@ -273,12 +257,12 @@ kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
     if (s > 0.0f && s < INFINITY) {
         const float f = p.scale / s;
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = ce_store<T>(j == uint(t) ? -(so * f) : exp(ce_load(xr[j]) - m) * f);
+            dr[j] = forge_narrow<T>(j == uint(t) ? -(so * f) : exp(forge_widen(xr[j]) - m) * f);
         }
     } else {
         const float L = lse[row];
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = ce_store<T>(j == uint(t) ? p.scale * (exp(xt - L) - 1.0f) : p.scale * exp(ce_load(xr[j]) - L));
+            dr[j] = forge_narrow<T>(j == uint(t) ? p.scale * (exp(xt - L) - 1.0f) : p.scale * exp(forge_widen(xr[j]) - L));
         }
     }
 }

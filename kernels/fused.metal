@@ -60,23 +60,8 @@ constant bool ss_square [[function_constant(0)]];
 constant bool adamw_clipped [[function_constant(1)]];
 
 // Storage types of swiglu_* and sum_squares_*: loads widen to float32
-// (exact); stores round once: float → half by the hardware conversion
-// (round to nearest even), float → bfloat to nearest even in integer
-// arithmetic (NaN stays NaN, quiet), as forge/half rounds.
-static inline float fused_load(float x) { return x; }
-static inline float fused_load(half x) { return float(x); }
-static inline float fused_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T fused_store(float x);
-template <> inline float fused_store<float>(float x) { return x; }
-template <> inline half fused_store<half>(float x) { return half(x); }
-template <> inline bfloat fused_store<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// (forge_widen, exact); stores round once (forge_narrow: the prelude,
+// forge_half.h).
 
 // The SiLU forms of unary.metal (U_SILU), kept textually identical.
 static inline float fused_sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
@@ -94,8 +79,8 @@ kernel void swiglu_t(device T* y [[buffer(0)]],
                      uint gid [[thread_position_in_grid]],
                      uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float s = fused_silu(fused_load(a[i]));
-        y[i] = fused_store<T>(s * fused_load(b[i]));
+        float s = fused_silu(forge_widen(a[i]));
+        y[i] = forge_narrow<T>(s * forge_widen(b[i]));
     }
 }
 
@@ -109,12 +94,12 @@ kernel void swiglu_backward_t(device T* da [[buffer(0)]],
                               uint gid [[thread_position_in_grid]],
                               uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float x = fused_load(a[i]);
-        float gv = fused_load(g[i]);
-        float gb = gv * fused_load(b[i]);
+        float x = forge_widen(a[i]);
+        float gv = forge_widen(g[i]);
+        float gb = gv * forge_widen(b[i]);
         float s = fused_silu(x);
-        db[i] = fused_store<T>(gv * s);
-        da[i] = fused_store<T>(fused_silu_grad(x, gb));
+        db[i] = forge_narrow<T>(gv * s);
+        da[i] = forge_narrow<T>(fused_silu_grad(x, gb));
     }
 }
 
@@ -179,7 +164,7 @@ kernel void sum_squares_t(device float* dst [[buffer(0)]],
     a.s = 0.0f;
     a.c = 0.0f;
     for (uint i = lo + tid; i < hi; i += tsize) {
-        float v = fused_load(src[i]);
+        float v = forge_widen(src[i]);
         if (ss_square) {
             float t = v * v;
             fused_add(a, t);

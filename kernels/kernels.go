@@ -7,8 +7,29 @@
 // (metal/emu) compiles the same text with clang on other systems, so the
 // sources here are the single definition of every kernel.
 //
-// Every file is self-contained (each is compiled as a library of its own)
-// and documents its parameter block and function constants. The kernels:
+// Every file is compiled as a library of its own and documents its
+// parameter block and function constants.
+//
+// The prelude. Sources prepends the text of forge_half.h to every file,
+// then a `#line 1 "<file>"` directive, so the text the drivers compile is
+// self-contained (no #include: the Metal driver compiles each entry alone)
+// and compiler messages name the file and its own line numbers (a message
+// about the prelude names forge_half.h and its line). The prelude holds
+// the storage-type conversions every 16-bit kernel shares:
+//
+//	forge_widen(x)        half / bfloat / float → float, exact
+//	forge_narrow<T>(x)    float → T (float, half, bfloat), rounded once to
+//	                      nearest even: half(x) for half; forge_bf16_bits for
+//	                      bfloat (NaN stays NaN: sign and top payload bits
+//	                      kept, quiet bit set), as package forge/half rounds
+//	forge_bf16_bits(x)    float → bfloat16 bits (the rounding above)
+//	forge_bf16_float(b)   bfloat16 bits → float, exact
+//
+// copy.metal alone narrows and widens float16 NaNs on the bits (payloads
+// kept whatever the hardware conversion does; copy_f16_bits there). A
+// .metal file read on its own (not through Sources) lacks the prelude.
+//
+// The kernels:
 //
 //	fill.metal         fill_x32                  Backend.Fill (float32/int32 bits)
 //	                   fill_x16                  Backend.Fill (float16/bfloat16 bits)
@@ -99,25 +120,49 @@ import (
 	"strings"
 )
 
-//go:embed *.metal
+//go:embed *.metal forge_half.h
 var files embed.FS
 
+// preludeFile is the prelude Sources prepends to every kernel file.
+const preludeFile = "forge_half.h"
+
 // Sources returns every embedded kernel file: file name (e.g.
-// "binary.metal") → MSL text. The map is a fresh copy on every call.
+// "binary.metal") → MSL text, the prelude (forge_half.h) first, then
+// `#line 1 "<file>"` and the file. The map is a fresh copy on every call.
 func Sources() map[string]string {
 	names, err := fs.Glob(files, "*.metal")
 	if err != nil {
 		panic(err) // the pattern is constant and valid
 	}
+	prelude := readEmbedded(preludeFile)
 	out := make(map[string]string, len(names))
 	for _, n := range names {
-		b, err := files.ReadFile(n)
-		if err != nil {
-			panic(fmt.Sprintf("kernels: reading embedded %s: %v", n, err))
-		}
-		out[n] = string(b)
+		out[n] = withPrelude(prelude, n, readEmbedded(n))
 	}
 	return out
+}
+
+func readEmbedded(name string) string {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic(fmt.Sprintf("kernels: reading embedded %s: %v", name, err))
+	}
+	return string(b)
+}
+
+// withPrelude is the text compiled for file name: the prelude (under its
+// own name), then src under name from line 1.
+func withPrelude(prelude, name, src string) string {
+	var b strings.Builder
+	b.Grow(len(prelude) + len(src) + 2*len(name) + 32)
+	fmt.Fprintf(&b, "#line 1 %q\n", preludeFile)
+	b.WriteString(prelude)
+	if !strings.HasSuffix(prelude, "\n") {
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "#line 1 %q\n", name)
+	b.WriteString(src)
+	return b.String()
 }
 
 // Files returns the embedded file names in sorted order.

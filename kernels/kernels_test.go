@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -66,5 +68,82 @@ func TestDocListsEveryKernel(t *testing.T) {
 				t.Errorf("the package doc does not list kernel %s (%s)", name, file)
 			}
 		}
+	}
+}
+
+// TestPrelude checks what Sources builds: the prelude under its own name,
+// then each file from its line 1, its text unchanged.
+func TestPrelude(t *testing.T) {
+	prelude := readEmbedded(preludeFile)
+	for name, text := range Sources() {
+		want := "#line 1 \"forge_half.h\"\n" + prelude + "#line 1 \"" + name + "\"\n" + readEmbedded(name)
+		if text != want {
+			t.Errorf("%s: Sources' text is not prelude + #line + file", name)
+		}
+	}
+	if strings.Contains(reComment.ReplaceAllString(prelude, ""), "kernel") {
+		t.Error("the prelude declares a kernel (it would be in every library)")
+	}
+}
+
+var reComment = regexp.MustCompile(`(?s)//[^\n]*|/\*.*?\*/`)
+
+// TestNoLocalConversions keeps the storage-type conversions in the
+// prelude: no kernel file defines its own float → bfloat rounding or
+// bfloat → float widening.
+func TestNoLocalConversions(t *testing.T) {
+	for _, name := range Files() {
+		src := reComment.ReplaceAllString(readEmbedded(name), "")
+		for _, pat := range []string{"0x7fffu +", "as_type<ushort>(x)) << 16", "as_type<bfloat>(ushort("} {
+			if strings.Contains(src, pat) {
+				t.Errorf("%s: %q: use the prelude's forge_narrow / forge_widen / forge_bf16_bits / forge_bf16_float", name, pat)
+			}
+		}
+	}
+}
+
+// TestPreludeLines checks that the emulator's parser counts each file's
+// own lines after the prelude: a kernel's line is where the file names it.
+func TestPreludeLines(t *testing.T) {
+	for name, text := range Sources() {
+		lines := strings.Split(readEmbedded(name), "\n")
+		ks, err := emu.ParseKernels(name, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range ks {
+			if k.Line < 1 || k.Line > len(lines) || !strings.Contains(lines[k.Line-1], k.Name) {
+				t.Errorf("%s: kernel %s at line %d, which does not name it", name, k.Name, k.Line)
+			}
+		}
+	}
+}
+
+// TestCompileErrorLine: clang (the emulator's) reports an error in a
+// kernel file with that file's name and own line number, past the prelude.
+func TestCompileErrorLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs clang")
+	}
+	src := "kernel void broken_f32(device float* x [[buffer(0)]],\n" +
+		"                       uint i [[thread_position_in_grid]]) {\n" +
+		"    x[i] = forge_widen(x[i]);\n" +
+		"    x[i] = no_such_function(x[i]);\n" +
+		"}\n"
+	text := withPrelude(readEmbedded(preludeFile), "broken.metal", src)
+	ks, err := emu.ParseKernels("broken.metal", text)
+	if err != nil || len(ks) != 1 || ks[0].Line != 1 {
+		t.Fatalf("ParseKernels = %+v, %v; want broken_f32 at line 1", ks, err)
+	}
+	_, err = emu.Open(map[string]string{"broken.metal": text}, emu.Options{CacheDir: t.TempDir()})
+	if errors.Is(err, emu.ErrUnavailable) {
+		t.Skip(err)
+	}
+	if err == nil {
+		t.Fatal("a kernel calling an undeclared function compiled")
+	}
+	msg := err.Error()
+	if want := fmt.Sprintf("broken.metal:%d:", 4); !strings.Contains(msg, want) || strings.Contains(msg, preludeFile) {
+		t.Errorf("compile error does not name %s (and only it):\n%s", want, msg)
 	}
 }

@@ -115,24 +115,8 @@ static inline void mm_batch_offsets(constant MatMulParams& p, uint z, thread int
 // ---- storage types -----------------------------------------------------------
 // Operands (TI) are float, half or bfloat; dst (TO) is float or the
 // operands' 16-bit type. The accumulators are float32 always; a 16-bit dst
-// is widened (exactly) where accumulating and rounded once at the store:
-// float → half by the hardware conversion (round to nearest even), float →
-// bfloat to nearest even in integer arithmetic (NaN stays NaN, quiet), as
-// forge/half rounds.
-static inline float mm_widen(float x) { return x; }
-static inline float mm_widen(half x) { return float(x); }
-static inline float mm_widen(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T mm_narrow(float x);
-template <> inline float mm_narrow<float>(float x) { return x; }
-template <> inline half mm_narrow<half>(float x) { return half(x); }
-template <> inline bfloat mm_narrow<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// is widened (exactly, forge_widen) where accumulating and rounded once at
+// the store (forge_narrow: the prelude, forge_half.h).
 
 // MMStage is the staged-tile geometry for operand type TI: rows padded by
 // 16 bytes (4 floats, 8 halfs) against bank conflicts.
@@ -152,7 +136,7 @@ static inline void mm_frag_load_safe(thread simdgroup_float8x8& acc, const devic
     for (uint e = lane; e < 64; e += 32) {
         const uint rr = r + e / 8;
         const uint cc = q + e % 8;
-        sc[e] = (rr < p.m && cc < p.n) ? mm_widen(c[int(rr) * p.c_rs + int(cc)]) : 0.0f;
+        sc[e] = (rr < p.m && cc < p.n) ? forge_widen(c[int(rr) * p.c_rs + int(cc)]) : 0.0f;
     }
     simdgroup_barrier(mem_flags::mem_threadgroup);
     simdgroup_load(acc, sc, 8);
@@ -170,7 +154,7 @@ static inline void mm_frag_store_safe(simdgroup_float8x8 acc, device TO* c, uint
         const uint rr = r + e / 8;
         const uint cc = q + e % 8;
         if (rr < p.m && cc < p.n) {
-            c[int(rr) * p.c_rs + int(cc)] = mm_narrow<TO>(sc[e]);
+            c[int(rr) * p.c_rs + int(cc)] = forge_narrow<TO>(sc[e]);
         }
     }
     simdgroup_barrier(mem_flags::mem_threadgroup);
@@ -377,13 +361,13 @@ kernel void matmul_naive_t(device TO* c [[buffer(0)]],
     const device TI* bc = b + bo + int(j) * p.b_cs;
     float s = 0.0f;
     for (uint l = 0; l < p.k; l++) {
-        s = fma(mm_widen(ar[int(l) * p.a_cs]), mm_widen(bc[int(l) * p.b_rs]), s);
+        s = fma(forge_widen(ar[int(l) * p.a_cs]), forge_widen(bc[int(l) * p.b_rs]), s);
     }
     device TO* out = c + co + int(i) * p.c_rs + int(j);
     if (mm_accumulate) {
-        s += mm_widen(*out);
+        s += forge_widen(*out);
     }
-    *out = mm_narrow<TO>(s);
+    *out = forge_narrow<TO>(s);
 }
 
 // matmul_reduce_T adds the p.splits partial products of a split-K matmul
@@ -404,9 +388,9 @@ kernel void matmul_reduce_t(device TO* c [[buffer(0)]],
         }
         device TO* out = c + int(e / p.n) * p.c_rs + int(e % p.n);
         if (mm_accumulate) {
-            s = mm_widen(*out) + s;
+            s = forge_widen(*out) + s;
         }
-        *out = mm_narrow<TO>(s);
+        *out = forge_narrow<TO>(s);
     }
 }
 

@@ -31,10 +31,9 @@
 // edges of a block against them, so M, N and K need not be tile multiples.
 //
 // The destination is a float32 cooperative tensor: each thread sets its
-// elements to 0 — or, accumulating, to dst's old values (widened) — before
-// run (mode::multiply_accumulate: ct += a·b), and stores them after it,
-// rounded once to TO (float → half by the conversion, round to nearest even;
-// float → bfloat to nearest even in integer arithmetic, NaN kept quiet: as
+// elements to 0 — or, accumulating, to dst's old values (forge_widen) —
+// before run (mode::multiply_accumulate: ct += a·b), and stores them after
+// it, rounded once to TO (forge_narrow, the prelude's: forge_half.h; as
 // matmul.metal and forge/half). Which elements a thread holds is the op's
 // business (get_multidimensional_index: [0] the column, [1] the row of the
 // block); elements outside M × N are neither read nor written. The
@@ -104,22 +103,6 @@ static inline void m2_batch_offsets(constant MatMulParams& p, uint z, thread int
     }
 }
 
-// ---- storage types -----------------------------------------------------------
-static inline float m2_widen(float x) { return x; }
-static inline float m2_widen(half x) { return float(x); }
-static inline float m2_widen(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T m2_narrow(float x);
-template <> inline float m2_narrow<float>(float x) { return x; }
-template <> inline half m2_narrow<half>(float x) { return half(x); }
-template <> inline bfloat m2_narrow<bfloat>(float x) {
-    const uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u)); // NaN: keep it, quiet
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
-
 // m2_operand is the tensor of a rows × cols operand whose element (i, j)
 // is at i·rs + j·cs: row-major (cs = 1) as extents (cols, rows), strides
 // (1, rs); column-major (trans, rs = 1) as extents (rows, cols), strides
@@ -166,7 +149,7 @@ static inline void m2_block(device TO* c, device TI* a, device TI* b, constant M
             const int q = col0 + int(ix[0]);
             float v = 0.0f;
             if (mm_accumulate && r < m && q < n) {
-                v = m2_widen(c[r * p.c_rs + q]);
+                v = forge_widen(c[r * p.c_rs + q]);
             }
             ct[i] = v;
         }
@@ -179,7 +162,7 @@ static inline void m2_block(device TO* c, device TI* a, device TI* b, constant M
             const int r = row0 + int(ix[1]);
             const int q = col0 + int(ix[0]);
             if (r < m && q < n) {
-                c[r * p.c_rs + q] = m2_narrow<TO>(ct[i]);
+                c[r * p.c_rs + q] = forge_narrow<TO>(ct[i]);
             }
         }
     }

@@ -41,11 +41,11 @@
 // say; mean, rstd and the partials are float32 always. Loads widen to
 // float32 (exactly), the arithmetic is the float32 kernels' operation for
 // operation, and a 16-bit output is rounded once on store (to nearest
-// even: float → half by the hardware conversion, float → bfloat in integer
-// arithmetic, NaN stays NaN, as forge/half rounds). So a 16-bit kernel's
-// float32 results (rstd, mean, float32 outputs) are bit for bit those of
-// the float32 kernel on the widened inputs, and its 16-bit outputs are
-// those rounded once. The *_f32 instances never read constants 6–8.
+// even). Both are the prelude's forge_widen and forge_narrow
+// (forge_half.h). So a 16-bit kernel's float32 results (rstd, mean,
+// float32 outputs) are bit for bit those of the float32 kernel on the
+// widened inputs, and its 16-bit outputs are those rounded once. The
+// *_f32 instances never read constants 6–8.
 // norm_col_sum_* is a template over the gradient's type (float32 sums,
 // rounded once at the end).
 //
@@ -214,24 +214,6 @@ static inline NormRow norm_row(constant NormParams& p, uint3 tgpos, uint3 ntg, u
     return r;
 }
 
-// ---- storage types -----------------------------------------------------------
-// norm_widen is exact; norm_narrow rounds once to nearest even (see the
-// file comment).
-static inline float norm_widen(float x) { return x; }
-static inline float norm_widen(half x) { return float(x); }
-static inline float norm_widen(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T norm_narrow(float x);
-template <> inline float norm_narrow<float>(float x) { return x; }
-template <> inline half norm_narrow<half>(float x) { return half(x); }
-template <> inline bfloat norm_narrow<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
-
 // NormIO<H> says which views hold H: function constants 6–8 in the 16-bit
 // instances; none in the float32 ones (which so never read the constants).
 template <typename H> struct NormIO {
@@ -248,7 +230,7 @@ template <> struct NormIO<float> {
 // norm_ld reads element i of a view bound as bytes: H if h, else float.
 template <typename H> static inline float norm_ld(const device uchar* v, bool h, ulong i) {
     if (h) {
-        return norm_widen(((const device H*)v)[i]);
+        return forge_widen(((const device H*)v)[i]);
     }
     return ((const device float*)v)[i];
 }
@@ -257,7 +239,7 @@ template <typename H> static inline float norm_ld(const device uchar* v, bool h,
 // h, else float.
 template <typename H> static inline void norm_st(device uchar* v, bool h, ulong i, float x) {
     if (h) {
-        ((device H*)v)[i] = norm_narrow<H>(x);
+        ((device H*)v)[i] = forge_narrow<H>(x);
     } else {
         ((device float*)v)[i] = x;
     }
@@ -635,7 +617,7 @@ kernel void norm_col_sum_t(device TO* out [[buffer(0)]],
         norm_add(a, part[o]);
         a.c += part[o + plane];
     }
-    out[j] = norm_narrow<TO>(norm_value(a));
+    out[j] = forge_narrow<TO>(norm_value(a));
 }
 
 // Instantiations: *_f32 (every view float32), *_f16 and *_bf16 (the

@@ -112,25 +112,13 @@ static inline ReduceState reduce_simd(ReduceState s) {
     return r;
 }
 
-// Storage types. Loads widen to float32 (exact). dst words: uint (a 32-bit
-// dst: float32 bits or an int32 index), half or bfloat (a 16-bit dst: the
-// float32 value rounded once, float → half by the hardware conversion,
-// float → bfloat to nearest even in integer arithmetic with NaN kept NaN,
-// quiet, as forge/half rounds; indices are never written there).
-static inline float reduce_load(float x) { return x; }
-static inline float reduce_load(half x) { return float(x); }
-static inline float reduce_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
+// Storage types. Loads widen to float32 (forge_widen, exact). dst words:
+// uint (a 32-bit dst: float32 bits or an int32 index), half or bfloat (a
+// 16-bit dst: the float32 value rounded once, forge_narrow: the prelude,
+// forge_half.h; indices are never written there).
 static inline void reduce_put(device uint* dst, uint i, float v) { dst[i] = as_type<uint>(v); }
-static inline void reduce_put(device half* dst, uint i, float v) { dst[i] = half(v); }
-static inline void reduce_put(device bfloat* dst, uint i, float v) {
-    uint u = as_type<uint>(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        dst[i] = as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    } else {
-        dst[i] = as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-    }
-}
+static inline void reduce_put(device half* dst, uint i, float v) { dst[i] = forge_narrow<half>(v); }
+static inline void reduce_put(device bfloat* dst, uint i, float v) { dst[i] = forge_narrow<bfloat>(v); }
 static inline void reduce_put_index(device uint* dst, uint i, uint idx) { dst[i] = idx; }
 static inline void reduce_put_index(device half*, uint, uint) {}
 static inline void reduce_put_index(device bfloat*, uint, uint) {}
@@ -186,7 +174,7 @@ kernel void reduce_t(device TD* dst [[buffer(0)]],
                 off += int(c) * p.rstrides[d];
             }
         }
-        float x = reduce_load(src[base + off]);
+        float x = forge_widen(src[base + off]);
         if (reduce_op == R_SUM) {
             s.v = reduce_two_sum(s.v, x, s.comp);
         } else if (isnan(x)) {

@@ -42,24 +42,8 @@ struct RopeParams {
 
 constant bool rope_flat [[function_constant(0)]];
 
-// Storage types: loads widen to float32 (exact); stores round once: float
-// → half by the hardware conversion (round to nearest even), float →
-// bfloat to nearest even in integer arithmetic (NaN stays NaN, quiet), as
-// forge/half rounds.
-static inline float rope_load(float x) { return x; }
-static inline float rope_load(half x) { return float(x); }
-static inline float rope_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T rope_store(float x);
-template <> inline float rope_store<float>(float x) { return x; }
-template <> inline half rope_store<half>(float x) { return half(x); }
-template <> inline bfloat rope_store<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// Storage types: loads widen to float32 (forge_widen, exact); stores round
+// once (forge_narrow: the prelude, forge_half.h).
 
 template <typename T>
 kernel void rope_t(device T* y [[buffer(0)]],
@@ -85,11 +69,11 @@ kernel void rope_t(device T* y [[buffer(0)]],
         }
         const float2 cs = table[ulong(p.p0 + row % p.t) * p.half + k];
         const float s = p.sign * cs.y;
-        const float a = rope_load(x[off + int(2 * k)]);
-        const float b = rope_load(x[off + int(2 * k + 1)]);
+        const float a = forge_widen(x[off + int(2 * k)]);
+        const float b = forge_widen(x[off + int(2 * k + 1)]);
         const ulong o = ulong(row) * (2 * p.half) + 2 * k;
-        y[o] = rope_store<T>(fma(a, cs.x, -(b * s)));
-        y[o + 1] = rope_store<T>(fma(a, s, b * cs.x));
+        y[o] = forge_narrow<T>(fma(a, cs.x, -(b * s)));
+        y[o + 1] = forge_narrow<T>(fma(a, s, b * cs.x));
     }
 }
 

@@ -29,24 +29,8 @@ struct SoftmaxParams {
 
 constant bool softmax_log [[function_constant(0)]];
 
-// Storage types: loads widen to float32 (exact); stores round once: float
-// → half by the hardware conversion (round to nearest even), float →
-// bfloat to nearest even in integer arithmetic (NaN stays NaN, quiet), as
-// forge/half rounds.
-static inline float softmax_load(float x) { return x; }
-static inline float softmax_load(half x) { return float(x); }
-static inline float softmax_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T softmax_store(float x);
-template <> inline float softmax_store<float>(float x) { return x; }
-template <> inline half softmax_store<half>(float x) { return half(x); }
-template <> inline bfloat softmax_store<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// Storage types: loads widen to float32 (forge_widen, exact); stores round
+// once (forge_narrow: the prelude, forge_half.h).
 
 template <typename T>
 kernel void softmax_t(device T* y [[buffer(0)]],
@@ -76,7 +60,7 @@ kernel void softmax_t(device T* y [[buffer(0)]],
     float s = 0.0f;
     uint bad = 0;
     for (uint j = tid; j < p.cols; j += tsize) {
-        float v = softmax_load(xr[j]);
+        float v = forge_widen(xr[j]);
         if (isnan(v) || v == INFINITY) {
             bad = 1;
         } else if (v > m) {
@@ -105,7 +89,7 @@ kernel void softmax_t(device T* y [[buffer(0)]],
     }
     if (bb != 0 || mm == -INFINITY) {
         for (uint j = tid; j < p.cols; j += tsize) {
-            yr[j] = softmax_store<T>(NAN);
+            yr[j] = forge_narrow<T>(NAN);
         }
         return;
     }
@@ -114,11 +98,11 @@ kernel void softmax_t(device T* y [[buffer(0)]],
     if (softmax_log) {
         float ls = log(ss);
         for (uint j = tid; j < p.cols; j += tsize) {
-            yr[j] = softmax_store<T>((softmax_load(xr[j]) - mm) - ls);
+            yr[j] = forge_narrow<T>((forge_widen(xr[j]) - mm) - ls);
         }
     } else {
         for (uint j = tid; j < p.cols; j += tsize) {
-            yr[j] = softmax_store<T>(exp(softmax_load(xr[j]) - mm) / ss);
+            yr[j] = forge_narrow<T>(exp(forge_widen(xr[j]) - mm) / ss);
         }
     }
 }
@@ -149,8 +133,8 @@ kernel void softmax_backward_t(device T* dx [[buffer(0)]],
     // Pass 1: Σ dy·y (softmax) or Σ dy (log-softmax).
     float acc = 0.0f;
     for (uint j = tid; j < p.cols; j += tsize) {
-        float gj = softmax_load(gr[j]);
-        acc += softmax_log ? gj : gj * softmax_load(yr[j]);
+        float gj = forge_widen(gr[j]);
+        acc += softmax_log ? gj : gj * forge_widen(yr[j]);
     }
     float tot = simd_sum(acc);
     if (nsg > 1) {
@@ -163,12 +147,12 @@ kernel void softmax_backward_t(device T* dx [[buffer(0)]],
 
     // Pass 2.
     for (uint j = tid; j < p.cols; j += tsize) {
-        float gj = softmax_load(gr[j]);
-        float yj = softmax_load(yr[j]);
+        float gj = forge_widen(gr[j]);
+        float yj = forge_widen(yr[j]);
         if (softmax_log) {
-            dr[j] = softmax_store<T>(gj - exp(yj) * tot);
+            dr[j] = forge_narrow<T>(gj - exp(yj) * tot);
         } else {
-            dr[j] = softmax_store<T>(yj * (gj - tot));
+            dr[j] = forge_narrow<T>(yj * (gj - tot));
         }
     }
 }

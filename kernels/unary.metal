@@ -183,24 +183,9 @@ static inline int unary_offset(constant UnaryParams& p, uint v, uint i) {
 }
 
 // Storage types: float32, float16 (half) and bfloat16 (bfloat). Loads widen
-// to float32 (exact), the op runs in float32 and the store rounds once to
-// the storage type: float → half is the hardware conversion (round to
-// nearest even); float → bfloat rounds to nearest even in integer
-// arithmetic (NaN stays NaN, quiet), as forge/half does.
-static inline float unary_load(float x) { return x; }
-static inline float unary_load(half x) { return float(x); }
-static inline float unary_load(bfloat x) { return as_type<float>(uint(as_type<ushort>(x)) << 16); }
-
-template <typename T> static inline T unary_store(float x);
-template <> inline float unary_store<float>(float x) { return x; }
-template <> inline half unary_store<half>(float x) { return half(x); }
-template <> inline bfloat unary_store<bfloat>(float x) {
-    uint u = as_type<uint>(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return as_type<bfloat>(ushort((u >> 16) | 0x40u));
-    }
-    return as_type<bfloat>(ushort((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
-}
+// to float32 (forge_widen, exact), the op runs in float32 and the store
+// rounds once to the storage type (forge_narrow: the prelude,
+// forge_half.h).
 
 // unary_T and unary_grad_T are instantiated for float (unary_f32,
 // unary_grad_f32), half (unary_f16, unary_grad_f16) and bfloat (unary_bf16,
@@ -212,8 +197,8 @@ kernel void unary_t(device T* dst [[buffer(0)]],
                     uint gid [[thread_position_in_grid]],
                     uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float x = unary_load(src[unary_offset(p, 1, i)]);
-        dst[unary_offset(p, 0, i)] = unary_store<T>(unary_apply(x, p.a, p.b));
+        float x = forge_widen(src[unary_offset(p, 1, i)]);
+        dst[unary_offset(p, 0, i)] = forge_narrow<T>(unary_apply(x, p.a, p.b));
     }
 }
 
@@ -226,10 +211,10 @@ kernel void unary_grad_t(device T* dx [[buffer(0)]],
                          uint gid [[thread_position_in_grid]],
                          uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        float xv = unary_load(x[unary_offset(p, 1, i)]);
-        float yv = unary_have_y ? unary_load(y[unary_offset(p, 2, i)]) : unary_apply(xv, p.a, p.b);
-        float gv = unary_load(g[unary_offset(p, 3, i)]);
-        dx[unary_offset(p, 0, i)] = unary_store<T>(unary_grad_apply(xv, yv, gv, p.a, p.b));
+        float xv = forge_widen(x[unary_offset(p, 1, i)]);
+        float yv = unary_have_y ? forge_widen(y[unary_offset(p, 2, i)]) : unary_apply(xv, p.a, p.b);
+        float gv = forge_widen(g[unary_offset(p, 3, i)]);
+        dx[unary_offset(p, 0, i)] = forge_narrow<T>(unary_grad_apply(xv, yv, gv, p.a, p.b));
     }
 }
 

@@ -109,7 +109,10 @@ type token struct {
 
 // lex splits MSL source into tokens, dropping comments and preprocessor
 // lines. Every punctuation character is its own token (so `]]` and `>>`
-// are two), which keeps bracket matching simple.
+// are two), which keeps bracket matching simple. Line numbers follow
+// `#line N` directives, as clang's do: package kernels puts a prelude
+// before every file and then `#line 1 "file.metal"`, so the file's tokens
+// carry its own line numbers (the directive's file name is not kept).
 func lex(src string) []token {
 	var toks []token
 	line := 1
@@ -138,6 +141,7 @@ func lex(src string) []token {
 				i = end
 				continue
 			}
+			ds := i
 			for i < len(src) && src[i] != '\n' {
 				if src[i] == '\\' && i+1 < len(src) && src[i+1] == '\n' {
 					line++
@@ -153,6 +157,9 @@ func lex(src string) []token {
 					continue
 				}
 				i++
+			}
+			if n, ok := lineDirective(src[ds:i]); ok {
+				line = n - 1 // the next line is n
 			}
 			continue
 		case c == '/' && i+1 < len(src) && src[i+1] == '/':
@@ -207,6 +214,23 @@ func lex(src string) []token {
 		}
 	}
 	return toks
+}
+
+// lineDirective returns N of a `#line N ["file"]` directive (or the
+// `# N "file"` form of preprocessed output).
+func lineDirective(d string) (int, bool) {
+	f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(d), "#"))
+	if len(f) > 0 && f[0] == "line" {
+		f = f[1:]
+	}
+	if len(f) == 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
 }
 
 // ifZero reports whether the preprocessor line at the start of s is
