@@ -64,6 +64,7 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -90,6 +91,11 @@ type Backend struct {
 	released []*block
 
 	dummy *block // bound for views with a nil Buf (optional operands)
+
+	// m2Failed is the error that turned the matmul2d variant off (its
+	// pipeline did not compile or cannot run 128-thread groups), said once
+	// on stderr; nil while it is on.
+	m2Failed atomic.Pointer[error]
 }
 
 // New returns a backend that runs kernels through drv. Its name is

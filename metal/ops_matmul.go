@@ -84,7 +84,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -132,10 +131,6 @@ const (
 
 var matmulPath atomic.Int32
 
-// emuTensorOpsOff makes the emulator report no tensor ops:
-// FORGE_EMU_TENSOR_OPS=0; tests set it.
-var emuTensorOpsOff atomic.Bool
-
 func init() {
 	for _, v := range strings.Split(os.Getenv("FORGE_METAL_MATMUL"), ",") {
 		switch strings.TrimSpace(v) {
@@ -149,28 +144,18 @@ func init() {
 			matmulPath.Store(pathMatMul2D)
 		}
 	}
-	emuTensorOpsOff.Store(os.Getenv("FORGE_EMU_TENSOR_OPS") == "0")
 }
 
 // tensorOpsLevel is how the device runs the tensor-op kernels: the
-// driver's answer (driver.TensorOps: asked under the backend's lock, like
-// every driver call — the first answer may compile), accelerated for the
-// emulator unless switched off, none for any other driver.
+// driver's answer (the optional driver.TensorOps; the Metal driver decides
+// from the GPU families once, the emulator from FORGE_EMU_TENSOR_OPS),
+// none for a driver without it.
 func (b *Backend) tensorOpsLevel() driver.TensorOpsLevel {
 	if t, ok := b.drv.(driver.TensorOps); ok {
-		b.mu.Lock()
-		defer b.mu.Unlock()
 		return t.TensorOps()
-	}
-	if b.drv.Name() == "metal-emu" && !emuTensorOpsOff.Load() {
-		return driver.TensorOpsAccelerated
 	}
 	return driver.TensorOpsNone
 }
-
-// m2Failed holds the backends whose matmul2d pipelines failed to compile
-// (said once on stderr; those backends use the simdgroup kernels).
-var m2Failed sync.Map // *Backend → error
 
 // matmul2dOn reports whether the path and the device let products with
 // operands of dtype dt go to matmul2d (the layouts are checked apart:
@@ -191,8 +176,7 @@ func (b *Backend) matmul2dOn(dt backend.DType) bool {
 	if b.tensorOpsLevel() < want {
 		return false
 	}
-	_, failed := m2Failed.Load(b)
-	return !failed
+	return b.m2Failed.Load() == nil
 }
 
 // matmul2dLayout reports whether a rows × cols operand with element (i, j)
@@ -223,33 +207,32 @@ func (b *Backend) runMatMul2D(kn matmulNames, q matmulParams, nz int, aTrans, bT
 		q.BRs = max(q.BRs, int32(n))
 	}
 	key := pkey(kn.tensor, cBool(0, aTrans), cBool(1, bTrans), cBool(5, accumulate))
-	err := b.tryPipeline(key)
+	p, err := b.tryPipeline(key)
 	if err == nil {
-		if p := b.pipelineFor(key); p.MaxThreads() < m2Threads || p.SIMDWidth() != 32 {
+		if p.MaxThreads() < m2Threads || p.SIMDWidth() != 32 {
 			err = fmt.Errorf("%s: threadgroups of at most %d threads, simdgroups of %d; matmul2d.metal needs %d and 32", kn.tensor, p.MaxThreads(), p.SIMDWidth(), m2Threads)
 		}
 	}
 	if err != nil {
-		if _, dup := m2Failed.LoadOrStore(b, err); !dup {
+		if b.m2Failed.CompareAndSwap(nil, &err) {
 			fmt.Fprintf(os.Stderr, "metal: matmul2d (tensor ops) is off, the simdgroup kernels run instead: %v\n", err)
 		}
 		return false
 	}
 	groups := [3]int{(n + m2BN - 1) / m2BN, (m + m2BM - 1) / m2BM, nz}
-	b.run(kn.tensor+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{m2Threads, 1, 1}, c, av, bv, bytesArg(q))
+	b.run(kn.tensorL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{m2Threads, 1, 1}, c, av, bv, bytesArg(q))
 	return true
 }
 
-// tryPipeline compiles (or finds) key's pipeline and returns the error
+// tryPipeline compiles (or finds) key's pipeline, returning the error
 // pipelineFor would panic with.
-func (b *Backend) tryPipeline(key driver.PipelineKey) (err error) {
+func (b *Backend) tryPipeline(key driver.PipelineKey) (p driver.Pipeline, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
 		}
 	}()
-	b.pipelineFor(key)
-	return nil
+	return b.pipelineFor(key), nil
 }
 
 // gpuCores is implemented by drivers that know the GPU's core count.
@@ -308,6 +291,9 @@ type matmulParams struct {
 type matmulNames struct {
 	tiled, naive, splitK, reduce string
 	tensor                       string // matmul2d.metal's
+
+	// Dispatch labels by operand layout (layoutIndex): "matmul_f32.tn", ….
+	tiledL, splitKL, tensorL [4]string
 }
 
 // matmulByDType holds matmulKernels(in, out) for every pair MatMul takes
@@ -329,13 +315,17 @@ func matmulKernels(in, out backend.DType) matmulNames {
 	if out != in {
 		parts = append(parts, dtypeTag(out))
 	}
-	return matmulNames{
+	kn := matmulNames{
 		tiled:  kernels.Name(append([]string{"matmul"}, parts...)...),
 		naive:  kernels.Name(append([]string{"matmul", "naive"}, parts...)...),
 		splitK: kernels.Name("matmul", "splitk", dtypeTag(in)),
 		reduce: kernels.Name("matmul", "reduce", dtypeTag(out)),
 		tensor: kernels.Name(append([]string{"matmul2d"}, parts...)...),
 	}
+	for i, tag := range layoutTags {
+		kn.tiledL[i], kn.splitKL[i], kn.tensorL[i] = kn.tiled+"."+tag, kn.splitK+"."+tag, kn.tensor+"."+tag
+	}
+	return kn
 }
 
 // MatMul computes dst[b] = a[b] @ bm[b] (dst += … if accumulate) for every
@@ -392,21 +382,9 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 	rb := r - 2
 	bviews := make([]backend.View, 3)
 	for v, x := range []backend.View{dst, a, bm} {
-		xb := len(x.Shape) - 2
-		if xb > rb {
-			panic(fmt.Sprintf("metal: %s: operand %v has more batch dims than dst %v", kMatMul, x.Shape, dst.Shape))
-		}
-		st := make([]int, rb)
-		for d := 0; d < xb; d++ {
-			dd := rb - xb + d
-			switch {
-			case x.Shape[d] == dst.Shape[dd]:
-				st[dd] = x.Strides[d]
-			case x.Shape[d] == 1:
-				st[dd] = 0
-			default:
-				panic(fmt.Sprintf("metal: %s: batch dims of %v do not broadcast to dst %v", kMatMul, x.Shape, dst.Shape))
-			}
+		st, err := backend.BatchStrides(x, dst.Shape, rb)
+		if err != nil {
+			panic(fmt.Sprintf("metal: %s: %v", kMatMul, err))
 		}
 		bviews[v] = backend.View{Offset: x.Offset, Shape: dst.Shape[:rb], Strides: st}
 	}
@@ -464,7 +442,7 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 		key := pkey(kn.tiled, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
 			cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, accumulate))
 		groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, nz}
-		b.run(kn.tiled+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1}, c, av, bv, bytesArg(q))
+		b.run(kn.tiledL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{mmThreads, 1, 1}, c, av, bv, bytesArg(q))
 	})
 }
 
@@ -482,24 +460,29 @@ func (b *Backend) matmulSplitK(kn matmulNames, dst, a, bm backend.View, q matmul
 	key := pkey(kn.splitK, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
 		cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, false))
 	groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, s}
-	b.run(kn.splitK+"."+layoutTag(aTrans, bTrans), key, groups, [3]int{mmThreads, 1, 1},
+	b.run(kn.splitKL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{mmThreads, 1, 1},
 		b.arg(pv), b.arg(a), b.arg(bm), bytesArg(pq))
 	rkey := pkey(kn.reduce, cBool(5, accumulate))
 	rg, rt := b.ewGrid(rkey, m*n)
 	b.run(kn.reduce, rkey, rg, rt, b.arg(dst), b.arg(pv), bytesArg(q))
 }
 
+// layoutTags name the operand layouts by layout index.
+var layoutTags = [4]string{"nn", "nt", "tn", "tt"}
+
 // layoutTag names the operand layouts: "nn", "nt", "tn" or "tt".
-func layoutTag(aTrans, bTrans bool) string {
-	t := [2]string{"n", "t"}
-	x, y := 0, 0
+func layoutTag(aTrans, bTrans bool) string { return layoutTags[layoutIndex(aTrans, bTrans)] }
+
+// layoutIndex indexes the operand layouts nn, nt, tn, tt (matmulNames' labels).
+func layoutIndex(aTrans, bTrans bool) int {
+	i := 0
 	if aTrans {
-		x = 1
+		i = 2
 	}
 	if bTrans {
-		y = 1
+		i++
 	}
-	return t[x] + t[y]
+	return i
 }
 
 // batchSplit calls fn for sub-layouts of the batch layout l that fit one

@@ -50,24 +50,26 @@ func encoded(b *Backend, f func()) []string {
 	return append([]string(nil), b.stream.labels...)
 }
 
-// emuTensorOpsOn lets the emulator run the tensor ops for the rest of the
-// test, whatever FORGE_EMU_TENSOR_OPS says.
-func emuTensorOpsOn(t *testing.T) {
-	prev := emuTensorOpsOff.Load()
-	emuTensorOpsOff.Store(false)
-	t.Cleanup(func() { emuTensorOpsOff.Store(prev) })
+// setEmuTensorOps sets an emulator backend's tensor-ops level for the
+// rest of the test, whatever FORGE_EMU_TENSOR_OPS says (no-op on a GPU).
+func setEmuTensorOps(t *testing.T, b *Backend, l driver.TensorOpsLevel) {
+	if d, ok := b.Driver().(*emu.Driver); ok {
+		prev := d.TensorOps()
+		d.SetTensorOps(l)
+		t.Cleanup(func() { d.SetTensorOps(prev) })
+	}
 }
 
 // needTensorOps skips a test of the matmul2d kernels on a device that does
 // not run them (the emulator always does here).
 func needTensorOps(t *testing.T, b *Backend) {
 	t.Helper()
-	emuTensorOpsOn(t)
+	setEmuTensorOps(t, b, driver.TensorOpsAccelerated)
 	if lvl := b.tensorOpsLevel(); lvl < driver.TensorOpsSupported {
 		t.Skipf("%s runs no tensor ops (level %v)", b.Device(), lvl)
 	}
-	if err, failed := m2Failed.Load(b); failed {
-		t.Fatalf("matmul2d is off on %s: %v", b.Device(), err)
+	if err := b.m2Failed.Load(); err != nil {
+		t.Fatalf("matmul2d is off on %s: %v", b.Device(), *err)
 	}
 }
 
@@ -338,7 +340,9 @@ func TestMatMul2DSelection(t *testing.T) {
 			n, k = c.n, c.k
 		}
 		naiveMatMul.Store(c.naive)
-		emuTensorOpsOff.Store(c.emuOff)
+		if c.emuOff {
+			e.dev.Driver().(*emu.Driver).SetTensorOps(driver.TensorOpsNone)
+		}
 		withMatMul(c.path, c.split, func() {
 			for _, acc := range []bool{false, true} {
 				labels, _ := e.f32MatMulViews(c.name, nil, nil, c.a, c.b, m, n, k, acc)
@@ -348,18 +352,15 @@ func TestMatMul2DSelection(t *testing.T) {
 			}
 		})
 		naiveMatMul.Store(false)
-		emuTensorOpsOff.Store(false)
+		if c.emuOff {
+			e.dev.Driver().(*emu.Driver).SetTensorOps(driver.TensorOpsAccelerated)
+		}
 	}
-	// The level the backend sees.
+	// The level the backend sees is the driver's.
 	if isEmu {
 		if got := e.dev.tensorOpsLevel(); got != driver.TensorOpsAccelerated {
 			t.Errorf("emulator: tensor ops %v, want accelerated", got)
 		}
-		emuTensorOpsOff.Store(true)
-		if got := e.dev.tensorOpsLevel(); got != driver.TensorOpsNone {
-			t.Errorf("emulator with FORGE_EMU_TENSOR_OPS=0: tensor ops %v, want none", got)
-		}
-		emuTensorOpsOff.Store(false)
 	}
 	if got := New(newFakeDriver()).tensorOpsLevel(); got != driver.TensorOpsNone {
 		t.Errorf("a driver without TensorOps: %v, want none", got)
@@ -407,15 +408,15 @@ func TestMatMul2DCompileFailure(t *testing.T) {
 	defer drv.Close()
 	e := newOpsEnv(t)
 	e.dev = New(drv)
-	emuTensorOpsOn(t)
+	setEmuTensorOps(t, e.dev, driver.TensorOpsAccelerated)
 	withMatMul(pathMatMul2D, false, func() {
 		for i := 0; i < 2; i++ {
 			labels, _ := e.f32MatMulCase("no matmul2d.metal", nil, nil, nil, 33, 20, 17, true, false, true)
 			if fmt.Sprint(labels) != "[matmul_f32.tn]" {
 				t.Errorf("call %d: kernels %v, want [matmul_f32.tn]", i, labels)
 			}
-			got, failed := m2Failed.Load(e.dev)
-			if !failed || !strings.Contains(fmt.Sprint(got), "matmul2d_f32") {
+			got := e.dev.m2Failed.Load()
+			if got == nil || !strings.Contains(fmt.Sprint(*got), "matmul2d_f32") {
 				t.Fatalf("call %d: matmul2d failure recorded as %v", i, got)
 			}
 		}
@@ -435,7 +436,7 @@ func TestMatMul2DSchedules(t *testing.T) {
 		t.Skipf("not the emulator: %T", e.dev.Driver())
 	}
 	defer drv.SetSchedule(emu.Forward, 0)
-	emuTensorOpsOn(t)
+	setEmuTensorOps(t, e.dev, driver.TensorOpsAccelerated)
 	gen := rand.New(rand.NewPCG(9, 10))
 	host := make([]float32, 3*70*45+3*45*33+3*70*33)
 	for i := range host {

@@ -115,6 +115,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -215,9 +216,24 @@ type Driver struct {
 	pipes    map[string]*pipeline
 	last     chan struct{} // completion of the last committed command buffer
 	closed   bool
+
+	tensorOps atomic.Int32 // the driver.TensorOpsLevel reported (TensorOps)
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver    = (*Driver)(nil)
+	_ driver.TensorOps = (*Driver)(nil)
+)
+
+// TensorOps implements driver.TensorOps. The shim implements MSL 4.0's
+// tensor operations, so the emulator reports accelerated — CI runs the
+// matmul2d kernels — unless FORGE_EMU_TENSOR_OPS=0 (none: the path of
+// GPUs before the M5) or SetTensorOps says otherwise.
+func (d *Driver) TensorOps() driver.TensorOpsLevel { return driver.TensorOpsLevel(d.tensorOps.Load()) }
+
+// SetTensorOps sets the level TensorOps reports (tests use it to take
+// either matmul path).
+func (d *Driver) SetTensorOps(l driver.TensorOpsLevel) { d.tensorOps.Store(int32(l)) }
 
 // ErrUnavailable matches (errors.Is) the errors of Open that mean the
 // emulator cannot run on this machine — an unsupported platform, no clang
@@ -243,6 +259,9 @@ func Open(sources map[string]string, opts Options) (*Driver, error) {
 		return nil, unavailable(errors.New("metal-emu: no fiber context switch for " + runtime.GOARCH))
 	}
 	d := &Driver{threads: opts.Threads, schedule: opts.Schedule, seed: opts.Seed, pipes: map[string]*pipeline{}}
+	if os.Getenv("FORGE_EMU_TENSOR_OPS") != "0" {
+		d.SetTensorOps(driver.TensorOpsAccelerated)
+	}
 	if d.threads <= 0 {
 		if v, err := strconv.Atoi(os.Getenv("FORGE_EMU_THREADS")); err == nil && v > 0 {
 			d.threads = v
