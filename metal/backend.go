@@ -251,42 +251,40 @@ func hostBytes(op string, dt backend.DType, host any) ([]byte, int) {
 // []uint16 bit patterns of a float16 or bfloat16 buffer, stored as given;
 // len ≤ Len) into dst from element 0. If a queued kernel uses dst, the
 // queue is synchronised first (see the package documentation).
-func (b *Backend) Write(dst backend.Buffer, src any) {
-	x := asBuffer("write", dst)
-	h, n := hostBytes("write", x.dt, src)
-	if n > x.n {
-		panic(fmt.Sprintf("metal: write: %d elements into a buffer of %d", n, x.n))
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	blk := x.block("write")
-	if blk.use > b.stream.done {
-		b.syncLocked()
-	}
-	copy(blk.bytes(), h)
-	runtime.KeepAlive(x)
-	runtime.KeepAlive(src)
-}
+func (b *Backend) Write(dst backend.Buffer, src any) { b.hostCopy("write", dst, src, true) }
 
 // Read copies src's first len(dst) elements into dst ([]float32 or
 // []int32 matching the dtype; []uint16 bit patterns for float16 and
 // bfloat16), waiting first for every queued kernel if one of them uses
 // src.
-func (b *Backend) Read(src backend.Buffer, dst any) {
-	x := asBuffer("read", src)
-	h, n := hostBytes("read", x.dt, dst)
+func (b *Backend) Read(src backend.Buffer, dst any) { b.hostCopy("read", src, dst, false) }
+
+// hostCopy copies between the host slice host and buf's first elements
+// (into buf if write, out of it if not), synchronising first if a queued
+// kernel uses buf. op ("write" or "read") names the call in panics.
+func (b *Backend) hostCopy(op string, buf backend.Buffer, host any, write bool) {
+	x := asBuffer(op, buf)
+	h, n := hostBytes(op, x.dt, host)
 	if n > x.n {
-		panic(fmt.Sprintf("metal: read: %d elements from a buffer of %d", n, x.n))
+		dir := "from"
+		if write {
+			dir = "into"
+		}
+		panic(fmt.Sprintf("metal: %s: %d elements %s a buffer of %d", op, n, dir, x.n))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	blk := x.block("read")
+	blk := x.block(op)
 	if blk.use > b.stream.done {
 		b.syncLocked()
 	}
-	copy(h, blk.bytes())
+	if write {
+		copy(blk.bytes(), h)
+	} else {
+		copy(h, blk.bytes())
+	}
 	runtime.KeepAlive(x)
-	runtime.KeepAlive(dst)
+	runtime.KeepAlive(host)
 }
 
 // Sync commits the current command buffer and waits for every command

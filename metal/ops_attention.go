@@ -69,18 +69,15 @@ const (
 	kAttentionBack = "attention_backward"
 )
 
-// The delta and reference kernels by dtype (attention_bwd_delta_f32, …),
-// and the float32 ones by name.
-var (
-	kAttnDeltaT    = namesByDType("attention", "bwd", "delta")
-	kAttnNaiveFwdT = namesByDType("attention", "naive", "fwd")
-	kAttnNaiveDQT  = namesByDType("attention", "naive", "dq")
-	kAttnNaiveDKVT = namesByDType("attention", "naive", "dkv")
+// attnPart is a kernel part of the fast and the reference paths: the
+// forward, the backward's dq, its dk and dv.
+type attnPart int
 
-	kAttnDelta    = kAttnDeltaT[backend.Float32]
-	kAttnNaiveFwd = kAttnNaiveFwdT[backend.Float32]
-	kAttnNaiveDQ  = kAttnNaiveDQT[backend.Float32]
-	kAttnNaiveDKV = kAttnNaiveDKVT[backend.Float32]
+const (
+	attnFwd attnPart = iota
+	attnDQ
+	attnDKV
+	attnNParts
 )
 
 // attnHalfDims are the head dims of the fast path's float16 and bfloat16
@@ -89,68 +86,65 @@ var (
 // serve (BK = 32 rows up to 32, else 16).
 var attnHalfDims = []int{32, 64, 96, 128}
 
-// attnParts are the fast-path kernel parts.
-var attnParts = []string{"fwd", "bwd_dq", "bwd_dkv"}
-
-// attnFastNames holds the fast-path kernel names by dtype, part and head
-// dim (d/8), built once: the dispatch path does no formatting.
-var attnFastNames = func() (n [backend.BFloat16 + 1]map[string][]string) {
-	for _, dt := range floatTypes {
-		n[dt] = map[string][]string{}
-		for _, part := range attnParts {
-			names := make([]string, attnMaxFastD/8+1)
-			for d := 8; d <= attnMaxFastD; d += 8 {
-				inst := d
-				if dt != backend.Float32 {
-					for i := len(attnHalfDims) - 1; i >= 0 && attnHalfDims[i] >= d; i-- {
-						inst = attnHalfDims[i]
-					}
+// attnFastNames returns the names of fast-path kernel part at every head
+// dim d (indexed d/8, a multiple of 8 up to attnMaxFastD) by dtype.
+func attnFastNames(part string) (n [attnMaxFastD/8 + 1]byDType) {
+	for d := 8; d <= attnMaxFastD; d += 8 {
+		for _, dt := range floatTypes {
+			inst := d
+			if dt != backend.Float32 {
+				for i := len(attnHalfDims) - 1; i >= 0 && attnHalfDims[i] >= d; i-- {
+					inst = attnHalfDims[i]
 				}
-				names[d/8] = kernels.Name("attention", part, fmt.Sprintf("d%d", inst), dtypeTag(dt))
 			}
-			n[dt][part] = names
+			n[d/8][dt] = kernels.Name("attention", part, fmt.Sprintf("d%d", inst), dtypeTag(dt))
 		}
 	}
 	return n
-}()
+}
 
-// attnFast is the float32 fast-path kernel part ("fwd", "bwd_dq",
-// "bwd_dkv") at head dim d (a multiple of 8 up to attnMaxFastD).
-func attnFast(part string, d int) string { return attnFastNames[backend.Float32][part][d/8] }
-
-// attnFastT is attnFast for data of dtype dt.
-func attnFastT(dt backend.DType, part string, d int) string { return attnFastNames[dt][part][d/8] }
+// The kernels by dtype (attention_bwd_delta_f32, …): the delta kernel,
+// the reference kernels by part, the fast-path ones by part and head dim
+// (kAttnFastBy[part][d/8][dt]).
+var (
+	kAttnDeltaBy = namesByDType("attention", "bwd", "delta")
+	kAttnNaiveBy = [attnNParts]byDType{
+		attnFwd: namesByDType("attention", "naive", "fwd"),
+		attnDQ:  namesByDType("attention", "naive", "dq"),
+		attnDKV: namesByDType("attention", "naive", "dkv"),
+	}
+	kAttnFastBy = [attnNParts][attnMaxFastD/8 + 1]byDType{
+		attnFwd: attnFastNames("fwd"),
+		attnDQ:  attnFastNames("bwd_dq"),
+		attnDKV: attnFastNames("bwd_dkv"),
+	}
+)
 
 // attnDType checks the dtypes of one call — the data views (q, k, v, out,
 // and dout, dq, dk, dv in the backward) all float32, all float16 or all
 // bfloat16, lse float32 — and returns the data's dtype. names label the
 // data views. Float64 gets the backend's float64 message.
 func attnDType(op string, lse backend.View, names []string, data ...backend.View) backend.DType {
-	checkKernelDType(op, floatTypes, append([]backend.View{lse}, data...)...)
-	tag := func(v backend.View) string {
-		if v.Buf == nil {
-			return "none"
-		}
-		return v.DType().String()
-	}
+	checkKernelDType(op, floatTypes, lse)
+	checkKernelDType(op, floatTypes, data...)
 	dt := backend.Float32
 	if data[0].Buf != nil {
 		dt = data[0].DType()
 	}
-	ok := tag(lse) == backend.Float32.String()
+	ok := lse.Buf != nil && lse.DType() == backend.Float32
 	for _, v := range data {
-		ok = ok && tag(v) == dt.String()
+		ok = ok && v.Buf != nil && v.DType() == dt
 	}
 	if ok {
 		return dt
 	}
-	var got strings.Builder
+	all := make([]namedView, 0, len(data)+1)
 	for i, v := range data {
-		fmt.Fprintf(&got, "%s %s, ", names[i], tag(v))
+		all = append(all, namedView{names[i], v})
 	}
-	fmt.Fprintf(&got, "lse %s", tag(lse))
+	all = append(all, namedView{"lse", lse})
 	panic(fmt.Sprintf("metal: %s: no kernel for dtypes %s (want %s all float32, all float16 or all bfloat16, and lse float32)",
-		op, got.String(), strings.Join(names, ", ")))
+		op, dtypeList(all, "none"), strings.Join(names, ", ")))
 }
 
 // attnParams mirrors AttnParams in kernels/attention.metal.
@@ -269,14 +263,6 @@ func attnGroups(n int) (nsg, groups int) {
 // (the grid's z extent; tests lower it to exercise the split).
 var attnBatchChunk = attnMaxGrid
 
-// attnBatches calls fn for chunks [b0, b0+nb) of the batch that fit the
-// grid's z extent.
-func attnBatches(batch int, fn func(b0, nb int)) {
-	for b0 := 0; b0 < batch; b0 += attnBatchChunk {
-		fn(b0, min(attnBatchChunk, batch-b0))
-	}
-}
-
 // attnAt returns x moved by n elements (a batch chunk's start).
 func attnAt(x backend.View, n int) backend.View {
 	if x.Buf != nil {
@@ -285,17 +271,96 @@ func attnAt(x backend.View, n int) backend.View {
 	return x
 }
 
-// attnScratch allocates the float32 accumulators (n floats) of a 16-bit
-// reference kernel; the caller frees the buffer (reused only after the
-// command buffer completes).
-func (b *Backend) attnScratch(n int) backend.View {
-	buf := b.Alloc(backend.Float32, max(n, 1))
-	return backend.View{Buf: buf, Shape: []int{max(n, 1)}, Strides: []int{1}}
+// attnViews are the views of one call (a nil Buf for those it has not).
+type attnViews struct {
+	q, k, v, out, dout, lse, delta, dq, dk, dv backend.View
 }
 
-// attnNaiveGrid is the grid of a reference kernel over n rows.
-func attnNaiveGrid(n int) (groups, threads [3]int) {
-	return rowGrid((n + attnNaiveThreads - 1) / attnNaiveThreads), [3]int{attnNaiveThreads, 1, 1}
+// at returns the views moved to batch entry b0 of a call of sizes s and
+// strides prm.
+func (a attnViews) at(b0 int, s attnDims, prm attnParams) attnViews {
+	rows, krows := b0*s.H*s.Tq, b0*s.Hkv*s.Tk
+	a.q, a.k, a.v = attnAt(a.q, b0*int(prm.QSb)), attnAt(a.k, b0*int(prm.KSb)), attnAt(a.v, b0*int(prm.VSb))
+	a.out, a.dout = attnAt(a.out, b0*int(prm.OSb)), attnAt(a.dout, b0*int(prm.GSb))
+	a.lse, a.delta = attnAt(a.lse, rows), attnAt(a.delta, rows)
+	a.dq, a.dk, a.dv = attnAt(a.dq, rows*s.D), attnAt(a.dk, krows*s.D), attnAt(a.dv, krows*s.D)
+	return a
+}
+
+// bound returns the n views kernel part binds, in order: the fast and
+// the reference kernels take the same buffers.
+func (a attnViews) bound(part attnPart) (vs [8]backend.View, n int) {
+	switch part {
+	case attnFwd:
+		return [8]backend.View{a.out, a.lse, a.q, a.k, a.v}, 5
+	case attnDQ:
+		return [8]backend.View{a.dq, a.q, a.k, a.v, a.dout, a.lse, a.delta}, 7
+	}
+	return [8]backend.View{a.dk, a.dv, a.q, a.k, a.v, a.dout, a.lse, a.delta}, 8
+}
+
+// attnCall is one checked Attention or AttentionBackward call.
+type attnCall struct {
+	attnViews
+	op     string        // kAttention or kAttentionBack (for panics)
+	dt     backend.DType // the data's dtype
+	s      attnDims
+	prm    attnParams
+	causal bool
+	fast   bool // s.fast(), read once per call
+}
+
+// attnRun launches kernel part of call c over the query rows (forward, dq) or
+// the key rows (dk and dv): on the fast path the kernel at the call's
+// head dim, in chunks of at most attnBatchChunk batch entries; else the
+// reference kernel, one thread per row, which for 16-bit data also takes
+// float32 accumulators (a row per output row: dk's rows, then dv's).
+func (b *Backend) attnRun(c *attnCall, part attnPart) {
+	s := c.s
+	rows, heads := s.Tq, s.H
+	if part == attnDKV {
+		rows, heads = s.Tk, s.Hkv
+	}
+	var args [10]kernelArg
+	bind := func(a attnViews, prm attnParams) int {
+		vs, n := a.bound(part)
+		for i := range n {
+			args[i] = b.arg(vs[i])
+		}
+		args[n] = bytesArg(prm)
+		return n + 1
+	}
+	if !c.fast {
+		name := kAttnNaiveBy[part][c.dt]
+		total := s.B * heads * rows
+		n := bind(c.attnViews, c.prm)
+		if c.dt != backend.Float32 {
+			nacc := max(total*s.D, 1)
+			if part == attnDKV {
+				nacc = max(2*total*s.D, 1)
+			}
+			acc := b.Alloc(backend.Float32, nacc)
+			defer b.Free(acc) // reused only after the command buffer completes
+			args[n] = b.arg(backend.View{Buf: acc, Shape: []int{nacc}, Strides: []int{1}})
+			n++
+		}
+		b.run(name, pkey(name, cBool(0, c.causal)), rowGrid((total+attnNaiveThreads-1)/attnNaiveThreads),
+			[3]int{attnNaiveThreads, 1, 1}, args[:n]...)
+		return
+	}
+	if s.H > attnMaxGrid {
+		panic(fmt.Sprintf("metal: %s: %d heads, more than the grid's %d", c.op, s.H, attnMaxGrid))
+	}
+	name := kAttnFastBy[part][s.D/8][c.dt]
+	key := pkey(name, cBool(0, c.causal))
+	nsg, nblocks := attnGroups(rows)
+	for b0 := 0; b0 < s.B; b0 += attnBatchChunk {
+		prm := c.prm
+		nb := min(attnBatchChunk, s.B-b0)
+		prm.B = uint32(nb)
+		n := bind(c.at(b0, s, c.prm), prm)
+		b.run(name, key, [3]int{nblocks, heads, nb}, [3]int{32 * nsg, 1, 1}, args[:n]...)
+	}
 }
 
 // Attention computes out = softmax(scale·q·kᵀ [causal mask])·v and the row
@@ -306,37 +371,11 @@ func (b *Backend) Attention(out, lse, q, k, v backend.View, p backend.AttentionP
 	s := attnCheck(kAttention, q, k, v)
 	prm := s.params(kAttention, p, q, k, v, out, backend.View{})
 	attnContiguous(kAttention, "lse", lse, s.B*s.H*s.Tq)
-	rows := s.B * s.H * s.Tq
-	if rows == 0 {
+	if s.B*s.H*s.Tq == 0 {
 		return
 	}
-	causal := cBool(0, p.Causal)
-	if !s.fast() {
-		name := kAttnNaiveFwdT[dt]
-		key := pkey(name, causal)
-		groups, threads := attnNaiveGrid(rows)
-		args := []kernelArg{b.arg(out), b.arg(lse), b.arg(q), b.arg(k), b.arg(v), bytesArg(prm)}
-		if dt != backend.Float32 {
-			acc := b.attnScratch(rows * s.D) // float32 accumulators, a row per output row
-			defer b.Free(acc.Buf)
-			args = append(args, b.arg(acc))
-		}
-		b.run(name, key, groups, threads, args...)
-		return
-	}
-	if s.H > attnMaxGrid {
-		panic(fmt.Sprintf("metal: %s: %d heads, more than the grid's %d", kAttention, s.H, attnMaxGrid))
-	}
-	name := attnFastT(dt, "fwd", s.D)
-	key := pkey(name, causal)
-	nsg, nqb := attnGroups(s.Tq)
-	attnBatches(s.B, func(b0, nb int) {
-		c := prm
-		c.B = uint32(nb)
-		b.run(name, key, [3]int{nqb, s.H, nb}, [3]int{32 * nsg, 1, 1},
-			b.arg(attnAt(out, b0*int(prm.OSb))), b.arg(attnAt(lse, b0*s.H*s.Tq)),
-			b.arg(attnAt(q, b0*int(prm.QSb))), b.arg(attnAt(k, b0*int(prm.KSb))), b.arg(attnAt(v, b0*int(prm.VSb))), bytesArg(c))
-	})
+	b.attnRun(&attnCall{attnViews: attnViews{q: q, k: k, v: v, out: out, lse: lse},
+		op: kAttention, dt: dt, s: s, prm: prm, causal: p.Causal, fast: s.fast()}, attnFwd)
 }
 
 // AttentionBackward writes dq, dk and dv (overwriting them) from the
@@ -355,78 +394,20 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 	if s.D == 0 || (qn == 0 && kn == 0) {
 		return // every gradient is empty
 	}
-	causal := cBool(0, p.Causal)
-
-	// delta = rowsum(dout ∘ out), one float per query row.
-	var delta backend.View
+	c := &attnCall{attnViews: attnViews{q: q, k: k, v: v, out: out, dout: dout, lse: lse, dq: dq, dk: dk, dv: dv},
+		op: kAttentionBack, dt: dt, s: s, prm: prm, causal: p.Causal, fast: s.fast()}
 	if qn > 0 {
+		// delta = rowsum(dout ∘ out), one float per query row (none without
+		// query rows: then dk = dv = 0).
 		buf := b.Alloc(backend.Float32, qn)
 		defer b.Free(buf) // reused only after the command buffer completes
-		delta = backend.View{Buf: buf, Shape: []int{qn}, Strides: []int{1}}
-		name := kAttnDeltaT[dt]
+		c.delta = backend.View{Buf: buf, Shape: []int{qn}, Strides: []int{1}}
+		name := kAttnDeltaBy[dt]
 		b.run(name, pkey(name), rowGrid((qn+attnDeltaRows-1)/attnDeltaRows), [3]int{32 * attnDeltaRows, 1, 1},
-			b.arg(delta), b.arg(out), b.arg(dout), bytesArg(prm))
-	} else {
-		delta = backend.View{} // no query rows: dk = dv = 0
-	}
-
-	if !s.fast() {
-		if qn > 0 {
-			name := kAttnNaiveDQT[dt]
-			key := pkey(name, causal)
-			groups, threads := attnNaiveGrid(qn)
-			args := []kernelArg{b.arg(dq), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
-			if dt != backend.Float32 {
-				acc := b.attnScratch(qn * s.D)
-				defer b.Free(acc.Buf)
-				args = append(args, b.arg(acc))
-			}
-			b.run(name, key, groups, threads, args...)
-		}
-		if kn > 0 {
-			name := kAttnNaiveDKVT[dt]
-			key := pkey(name, causal)
-			groups, threads := attnNaiveGrid(kn)
-			args := []kernelArg{b.arg(dk), b.arg(dv), b.arg(q), b.arg(k), b.arg(v), b.arg(dout), b.arg(lse), b.arg(delta), bytesArg(prm)}
-			if dt != backend.Float32 {
-				acc := b.attnScratch(2 * kn * s.D) // dk's rows, then dv's
-				defer b.Free(acc.Buf)
-				args = append(args, b.arg(acc))
-			}
-			b.run(name, key, groups, threads, args...)
-		}
-		return
-	}
-	if s.H > attnMaxGrid {
-		panic(fmt.Sprintf("metal: %s: %d heads, more than the grid's %d", kAttentionBack, s.H, attnMaxGrid))
-	}
-	if qn > 0 {
-		name := attnFastT(dt, "bwd_dq", s.D)
-		key := pkey(name, causal)
-		nsg, nqb := attnGroups(s.Tq)
-		attnBatches(s.B, func(b0, nb int) {
-			c := prm
-			c.B = uint32(nb)
-			rows := b0 * s.H * s.Tq
-			b.run(name, key, [3]int{nqb, s.H, nb}, [3]int{32 * nsg, 1, 1},
-				b.arg(attnAt(dq, rows*s.D)), b.arg(attnAt(q, b0*int(prm.QSb))), b.arg(attnAt(k, b0*int(prm.KSb))),
-				b.arg(attnAt(v, b0*int(prm.VSb))), b.arg(attnAt(dout, b0*int(prm.GSb))), b.arg(attnAt(lse, rows)),
-				b.arg(attnAt(delta, rows)), bytesArg(c))
-		})
+			b.arg(c.delta), b.arg(out), b.arg(dout), bytesArg(prm))
+		b.attnRun(c, attnDQ)
 	}
 	if kn > 0 {
-		name := attnFastT(dt, "bwd_dkv", s.D)
-		key := pkey(name, causal)
-		nsg, nkb := attnGroups(s.Tk)
-		attnBatches(s.B, func(b0, nb int) {
-			c := prm
-			c.B = uint32(nb)
-			rows := b0 * s.H * s.Tq
-			krows := b0 * s.Hkv * s.Tk
-			b.run(name, key, [3]int{nkb, s.Hkv, nb}, [3]int{32 * nsg, 1, 1},
-				b.arg(attnAt(dk, krows*s.D)), b.arg(attnAt(dv, krows*s.D)), b.arg(attnAt(q, b0*int(prm.QSb))),
-				b.arg(attnAt(k, b0*int(prm.KSb))), b.arg(attnAt(v, b0*int(prm.VSb))), b.arg(attnAt(dout, b0*int(prm.GSb))),
-				b.arg(attnAt(lse, rows)), b.arg(attnAt(delta, rows)), bytesArg(c))
-		})
+		b.attnRun(c, attnDKV)
 	}
 }

@@ -11,15 +11,19 @@ import (
 	"math"
 
 	"github.com/forgeml/forge/forge/backend"
-	"github.com/forgeml/forge/kernels"
 )
 
 var (
-	kCrossEntropy       = kernels.Name("cross_entropy", "f32")
-	kCrossEntropyBack   = kernels.Name("cross_entropy", "backward", "f32")
 	kCrossEntropyBy     = namesByDType("cross_entropy")
 	kCrossEntropyBackBy = namesByDType("cross_entropy", "backward")
+
+	// The ops' names in panics: their float32 kernels.
+	kCrossEntropy     = kCrossEntropyBy[backend.Float32]
+	kCrossEntropyBack = kCrossEntropyBackBy[backend.Float32]
 )
+
+// crossEntropyKernels lists the kernels of this file (for the tests).
+var crossEntropyKernels = allNames(kCrossEntropyBy, kCrossEntropyBackBy)
 
 // crossEntropyParams mirrors CrossEntropyParams in
 // kernels/crossentropy.metal.
@@ -38,27 +42,21 @@ const (
 	ceHasIgnore = 4
 )
 
-// ceSetup checks the views of a cross-entropy kernel and returns the rows,
-// the vocabulary and the parameter block (with the targets' binding).
-// logits are float32, float16 or bfloat16; same (dlogits) must have the
-// logits' dtype, f32 (loss, lse) must be float32; views with a nil Buf are
-// skipped.
-func ceSetup(kernel string, logits, targets backend.View, ignore int, same, f32 []backend.View) (n, v int, prm crossEntropyParams) {
-	checkKernelDType(kernel, floatTypes, logits)
-	checkKernelDType(kernel, floatTypes, same...)
+// ceSetup checks the views of a cross-entropy kernel and returns the
+// logits' dtype, the rows, the vocabulary and the parameter block (with
+// the targets' binding). logits are float32, float16 or bfloat16, dlogits
+// (nil Buf in the forward) has their dtype, f32 (loss, lse) are float32;
+// views with a nil Buf are skipped.
+func ceSetup(kernel string, logits, dlogits, targets backend.View, ignore int, f32 ...backend.View) (dt backend.DType, n, v int, prm crossEntropyParams) {
+	dt = floatDType(kernel, logits, dlogits)
 	checkKernelDType(kernel, onlyF32, f32...)
-	for _, s := range same {
-		if s.Buf != nil && s.DType() != logits.DType() {
-			panic(fmt.Sprintf("metal: %s: dlogits %v for %v logits (dlogits has the logits' dtype)", kernel, s.DType(), logits.DType()))
-		}
-	}
 	if targets.DType() != backend.Int32 {
 		panic(fmt.Sprintf("metal: %s: targets must be int32, got %v", kernel, targets.DType()))
 	}
 	if !logits.IsContiguous() {
 		panic(fmt.Sprintf("metal: %s: logits must be contiguous (shape %v strides %v)", kernel, logits.Shape, logits.Strides))
 	}
-	n, v = softmaxRows(logits) // (0, 0) for an empty vocabulary: nothing to do, as on the CPU
+	n, v = lastAxisRows(logits) // (0, 0) for an empty vocabulary: nothing to do, as on the CPU
 	if targets.Numel() < n {
 		panic(fmt.Sprintf("metal: %s: %d targets for %d rows", kernel, targets.Numel(), n))
 	}
@@ -74,19 +72,19 @@ func ceSetup(kernel string, logits, targets backend.View, ignore int, same, f32 
 		prm.Ignore = int32(ignore)
 		prm.Flags |= ceHasIgnore
 	}
-	return n, v, prm
+	return dt, n, v, prm
 }
 
-// ceThreads is the threadgroup size of a cross-entropy row kernel: up to
-// 1024 threads for few rows (a large vocabulary then still spreads over
-// the device), 256 for many.
-func (b *Backend) ceThreads(kernel string, n, v int) int {
-	pipe := b.pipelineFor(pkey(kernel))
+// ceRun launches cross-entropy row kernel over n rows of v, one
+// threadgroup per row: up to 1024 threads for few rows (a large vocabulary
+// then still spreads over the device), 256 for many.
+func (b *Backend) ceRun(kernel string, n, v int, args ...kernelArg) {
+	key := pkey(kernel)
 	most := 256
 	if n < 64 {
 		most = 1024
 	}
-	return rowThreads(v, most, pipe.MaxThreads(), pipe.SIMDWidth())
+	b.run(kernel, key, rowGrid(n), [3]int{b.rowThreadsFor(key, v, most), 1, 1}, args...)
 }
 
 // CrossEntropy writes loss (N), −log softmax(logits)[target] or 0 where
@@ -94,20 +92,17 @@ func (b *Backend) ceThreads(kernel string, n, v int) int {
 // Buf (not written). logits are float32, float16 or bfloat16 (widened,
 // float32 math); loss and lse are float32.
 func (b *Backend) CrossEntropy(loss, lse, logits, targets backend.View, ignore int) {
-	n, v, prm := ceSetup(kCrossEntropy, logits, targets, ignore, nil, []backend.View{loss, lse})
+	dt, n, v, prm := ceSetup(kCrossEntropy, logits, backend.View{}, targets, ignore, loss, lse)
 	if n == 0 {
 		return
 	}
-	kernel := kCrossEntropyBy[logits.DType()]
 	if loss.Buf != nil {
 		prm.Flags |= ceWriteLoss
 	}
 	if lse.Buf != nil {
 		prm.Flags |= ceWriteLSE
 	}
-	t := b.ceThreads(kernel, n, v)
-	b.run(kernel, pkey(kernel), rowGrid(n), [3]int{t, 1, 1},
-		b.arg(loss), b.arg(lse), b.arg(logits), b.arg(targets), bytesArg(prm))
+	b.ceRun(kCrossEntropyBy[dt], n, v, b.arg(loss), b.arg(lse), b.arg(logits), b.arg(targets), bytesArg(prm))
 }
 
 // CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
@@ -116,22 +111,14 @@ func (b *Backend) CrossEntropy(loss, lse, logits, targets backend.View, ignore i
 // dlogits has the logits' dtype (float32, float16 or bfloat16: float32
 // math, a 16-bit dlogits rounded once); lse is float32.
 func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.View, ignore int, scale float64) {
-	n, v, prm := ceSetup(kCrossEntropyBack, logits, targets, ignore, []backend.View{dlogits}, []backend.View{lse})
+	dt, n, v, prm := ceSetup(kCrossEntropyBack, logits, dlogits, targets, ignore, lse)
 	if n == 0 || v == 0 {
 		return
 	}
-	kernel := kCrossEntropyBackBy[logits.DType()]
+	kernel := kCrossEntropyBackBy[dt]
 	if !dlogits.IsContiguous() {
 		panic(fmt.Sprintf("metal: %s: dlogits must be contiguous", kernel))
 	}
 	prm.Scale = float32(scale)
-	t := b.ceThreads(kernel, n, v)
-	b.run(kernel, pkey(kernel), rowGrid(n), [3]int{t, 1, 1},
-		b.arg(dlogits), b.arg(logits), b.arg(lse), b.arg(targets), bytesArg(prm))
-}
-
-// crossEntropyKernels lists the kernels of this file (for the tests).
-var crossEntropyKernels = []string{
-	kCrossEntropyBy[backend.Float32], kCrossEntropyBy[backend.Float16], kCrossEntropyBy[backend.BFloat16],
-	kCrossEntropyBackBy[backend.Float32], kCrossEntropyBackBy[backend.Float16], kCrossEntropyBackBy[backend.BFloat16],
+	b.ceRun(kernel, n, v, b.arg(dlogits), b.arg(logits), b.arg(lse), b.arg(targets), bytesArg(prm))
 }

@@ -18,6 +18,32 @@ import (
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/half"
+	"github.com/forgeml/forge/kernels"
+)
+
+var (
+	kFill       = kernels.Name("fill", "x32")
+	kFill16     = kernels.Name("fill", "x16")
+	kCopy       = kernels.Name("copy", "x32")
+	kCopyCvt    = kernels.Name("copy", "cvt")
+	kWhere      = kernels.Name("where", "x32")
+	kWhere16    = kernels.Name("where", "x16")
+	kWhereC16   = kernels.Name("where", "x32", "c16")
+	kWhere16C16 = kernels.Name("where", "x16", "c16")
+
+	kUnaryBy     = namesByDType("unary")
+	kUnaryGradBy = namesByDType("unary", "grad")
+	kBinaryBy    = namesByDType("binary")
+
+	// The ops' names in panics: their float32 kernels.
+	kUnary     = kUnaryBy[backend.Float32]
+	kUnaryGrad = kUnaryGradBy[backend.Float32]
+	kBinary    = kBinaryBy[backend.Float32]
+
+	// Dispatch labels by dtype and op: "unary_f16.exp", ….
+	unaryLabels     = opLabels(kUnaryBy, backend.Sign)
+	unaryGradLabels = opLabels(kUnaryGradBy, backend.Sign)
+	binaryLabels    = opLabels(kBinaryBy, backend.Ge)
 )
 
 // fillParams mirrors FillParams in kernels/fill.metal.
@@ -54,9 +80,7 @@ func (b *Backend) Fill(dst backend.View, v float64) {
 	coalesce(dst).split(maxDims, func(l layout) {
 		p := fillParams{Value: bits, N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides)
-		key := pkey(kernel, cBool(0, len(l.shape) == 1))
-		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kernel, key, groups, threads, b.arg(l.view(dst.Buf, 0)), bytesArg(p))
+		b.runEW(kernel, pkey(kernel, cBool(0, len(l.shape) == 1)), l.numel(), b.arg(l.view(dst.Buf, 0)), bytesArg(p))
 	})
 }
 
@@ -108,8 +132,7 @@ func (b *Backend) Copy(dst, src backend.View) {
 		if kernel == kCopyCvt {
 			key = pkey(kCopyCvt, cBool(0, len(l.shape) == 1), cUint(3, copyType(sdt)), cUint(4, copyType(ddt)))
 		}
-		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kernel, key, groups, threads, b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
+		b.runEW(kernel, key, l.numel(), b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
 	})
 }
 
@@ -133,9 +156,8 @@ func checkUnaryOp(kernel string, op backend.UnaryOp) {
 // are widened on load and rounded once on store.
 func (b *Backend) Unary(op backend.UnaryOp, s backend.Scalars, dst, src backend.View) {
 	checkUnaryOp(kUnary, op)
-	checkKernelDType(kUnary, floatTypes, dst, src)
-	sameDType(kUnary, dst, src)
-	kernel := kUnaryBy[dst.DType()]
+	dt := floatDType(kUnary, dst, src)
+	kernel, label := kUnaryBy[dt], unaryLabels[dt][op]
 	n := dst.Numel()
 	if n == 0 {
 		return
@@ -145,9 +167,7 @@ func (b *Backend) Unary(op backend.UnaryOp, s backend.Scalars, dst, src backend.
 		p := unaryParams{A: float32(s.A), B: float32(s.B), N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1])
 		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
-		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kernel+"."+op.String(), key, groups, threads,
-			b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
+		b.runEW(label, key, l.numel(), b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
 	})
 }
 
@@ -156,9 +176,8 @@ func (b *Backend) Unary(op backend.UnaryOp, s backend.Scalars, dst, src backend.
 // views (all of one dtype) are widened on load, dx rounded once on store.
 func (b *Backend) UnaryGrad(op backend.UnaryOp, s backend.Scalars, dx, x, y, g backend.View) {
 	checkUnaryOp(kUnaryGrad, op)
-	checkKernelDType(kUnaryGrad, floatTypes, dx, x, y, g)
-	sameDType(kUnaryGrad, dx, x, y, g)
-	kernel := kUnaryGradBy[dx.DType()]
+	dt := floatDType(kUnaryGrad, dx, x, y, g)
+	kernel, label := kUnaryGradBy[dt], unaryGradLabels[dt][op]
 	n := dx.Numel()
 	if n == 0 {
 		return
@@ -172,8 +191,7 @@ func (b *Backend) UnaryGrad(op backend.UnaryOp, s backend.Scalars, dx, x, y, g b
 		p := unaryParams{A: float32(s.A), B: float32(s.B), N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2], &p.Strides[3])
 		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(2, haveY))
-		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kernel+"."+op.String(), key, groups, threads,
+		b.runEW(label, key, l.numel(),
 			b.arg(l.view(dx.Buf, 0)), b.arg(l.view(x.Buf, 1)), b.arg(l.view(y.Buf, 2)), b.arg(l.view(g.Buf, 3)),
 			bytesArg(p))
 	})
@@ -194,9 +212,8 @@ func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
 	if op > backend.Ge {
 		panic(fmt.Sprintf("metal: %s: unknown op %v", kBinary, op))
 	}
-	checkKernelDType(kBinary, floatTypes, dst, a, bv)
-	sameDType(kBinary, dst, a, bv)
-	kernel := kBinaryBy[dst.DType()]
+	dt := floatDType(kBinary, dst, a, bv)
+	kernel, label := kBinaryBy[dt], binaryLabels[dt][op]
 	n := dst.Numel()
 	if n == 0 {
 		return
@@ -206,8 +223,7 @@ func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
 		p := binaryParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2])
 		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
-		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kernel+"."+op.String(), key, groups, threads,
+		b.runEW(label, key, l.numel(),
 			b.arg(l.view(dst.Buf, 0)), b.arg(l.view(a.Buf, 1)), b.arg(l.view(bv.Buf, 2)), bytesArg(p))
 	})
 }
@@ -244,8 +260,7 @@ func (b *Backend) Where(dst, cond, a, bv backend.View) {
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2], &p.Strides[3])
 		// Where's function constants are 1 (flat) and 2 (cond int).
 		key := pkey(kernel, cBool(1, len(l.shape) == 1), cBool(2, condInt))
-		groups, threads := b.ewGrid(key, l.numel())
-		b.run(kernel, key, groups, threads, b.arg(l.view(dst.Buf, 0)), b.arg(l.view(cond.Buf, 1)),
+		b.runEW(kernel, key, l.numel(), b.arg(l.view(dst.Buf, 0)), b.arg(l.view(cond.Buf, 1)),
 			b.arg(l.view(a.Buf, 2)), b.arg(l.view(bv.Buf, 3)), bytesArg(p))
 	})
 }

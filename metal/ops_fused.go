@@ -12,30 +12,42 @@ import (
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/driver"
 )
 
 var (
-	kSwiGLU     = kernels.Name("swiglu", "f32")
-	kSwiGLUBack = kernels.Name("swiglu", "backward", "f32")
-	kSumSquares = kernels.Name("sum_squares", "f32")
-	kAdamW      = kernels.Name("adamw", "f32")
+	kSwiGLUBy     = namesByDType("swiglu")
+	kSwiGLUBackBy = namesByDType("swiglu", "backward")
+	kSumSquaresBy = namesByDType("sum_squares")
+	kAdamW        = kernels.Name("adamw", "f32")
+
+	// The ops' names in panics: their float32 kernels.
+	kSwiGLU     = kSwiGLUBy[backend.Float32]
+	kSwiGLUBack = kSwiGLUBackBy[backend.Float32]
+	kSumSquares = kSumSquaresBy[backend.Float32]
+
+	// SumSquares' dispatch labels: the first pass over several blocks, the
+	// second.
+	sumSquaresBlocksLabels = withSuffix(kSumSquaresBy, ".blocks")
+	sumSquaresTotalLabel   = kSumSquares + ".total"
+
+	// SumSquares' pipelines: the first pass (constant 0: square) by src
+	// dtype, the second (add the partials).
+	sumSquaresKeys = func() (k [backend.BFloat16 + 1]driver.PipelineKey) {
+		for _, dt := range floatTypes {
+			k[dt] = pkey(kSumSquaresBy[dt], cBool(0, true))
+		}
+		return k
+	}()
+	sumSquaresAddKey = pkey(kSumSquares, cBool(0, false))
 
 	// adamw_f32's pipelines without and with the clip state (constant 1).
 	kAdamWPlain = pkey(kAdamW, cBool(1, false))
 	kAdamWClip  = pkey(kAdamW, cBool(1, true))
-
-	kSwiGLUBy     = namesByDType("swiglu")
-	kSwiGLUBackBy = namesByDType("swiglu", "backward")
-	kSumSquaresBy = namesByDType("sum_squares")
 )
 
-// fusedHalfKernels lists the float16 and bfloat16 kernels of this file
-// (for the tests).
-var fusedHalfKernels = []string{
-	kSwiGLUBy[backend.Float16], kSwiGLUBy[backend.BFloat16],
-	kSwiGLUBackBy[backend.Float16], kSwiGLUBackBy[backend.BFloat16],
-	kSumSquaresBy[backend.Float16], kSumSquaresBy[backend.BFloat16],
-}
+// fusedKernels lists the kernels of this file by dtype (for the tests).
+var fusedKernels = allNames(kSwiGLUBy, kSwiGLUBackBy, kSumSquaresBy)
 
 // fusedParams mirrors FusedParams in kernels/fused.metal.
 type fusedParams struct {
@@ -50,11 +62,11 @@ func checkFused(kernel string, views ...backend.View) int {
 }
 
 // checkFused16 is checkFused for the kernels that also take float16 and
-// bfloat16: every view float32, float16 or bfloat16, all of one dtype.
-func checkFused16(kernel string, views ...backend.View) int {
-	checkKernelDType(kernel, floatTypes, views...)
-	sameDType(kernel, views...)
-	return checkFusedShapes(kernel, views...)
+// bfloat16: every view float32, float16 or bfloat16, all of one dtype,
+// which it returns with the count.
+func checkFused16(kernel string, views ...backend.View) (int, backend.DType) {
+	dt := floatDType(kernel, views...)
+	return checkFusedShapes(kernel, views...), dt
 }
 
 // checkFusedShapes panics unless every view is contiguous and of the first
@@ -81,14 +93,12 @@ func checkFusedShapes(kernel string, views ...backend.View) int {
 // bfloat16 views (all of one dtype) are widened, computed the same way in
 // float32 and y rounded once (silu(a) is not rounded to 16 bits).
 func (b *Backend) SwiGLU(y, a, bv backend.View) {
-	n := checkFused16(kSwiGLU, y, a, bv)
+	n, dt := checkFused16(kSwiGLU, y, a, bv)
 	if n == 0 {
 		return
 	}
-	kernel := kSwiGLUBy[y.DType()]
-	key := pkey(kernel)
-	groups, threads := b.ewGrid(key, n)
-	b.run(kernel, key, groups, threads, b.arg(y), b.arg(a), b.arg(bv), bytesArg(fusedParams{uint32(n)}))
+	kernel := kSwiGLUBy[dt]
+	b.runEW(kernel, pkey(kernel), n, b.arg(y), b.arg(a), b.arg(bv), bytesArg(fusedParams{uint32(n)}))
 }
 
 // SwiGLUBackward writes da = g·b·silu'(a) and db = g·silu(a), with g·b and
@@ -96,14 +106,12 @@ func (b *Backend) SwiGLU(y, a, bv backend.View) {
 // float16 and bfloat16 views (all of one dtype) are widened, computed the
 // same way in float32 and da, db rounded once.
 func (b *Backend) SwiGLUBackward(da, db, a, bv, g backend.View) {
-	n := checkFused16(kSwiGLUBack, da, db, a, bv, g)
+	n, dt := checkFused16(kSwiGLUBack, da, db, a, bv, g)
 	if n == 0 {
 		return
 	}
-	kernel := kSwiGLUBackBy[da.DType()]
-	key := pkey(kernel)
-	groups, threads := b.ewGrid(key, n)
-	b.run(kernel, key, groups, threads, b.arg(da), b.arg(db), b.arg(a), b.arg(bv), b.arg(g),
+	kernel := kSwiGLUBackBy[dt]
+	b.runEW(kernel, pkey(kernel), n, b.arg(da), b.arg(db), b.arg(a), b.arg(bv), b.arg(g),
 		bytesArg(fusedParams{uint32(n)}))
 }
 
@@ -125,7 +133,8 @@ const sumSqBlock = 1 << 14
 func (b *Backend) SumSquares(dst, src backend.View) {
 	checkKernelDType(kSumSquares, floatTypes, src)
 	checkKernelDType(kSumSquares, onlyF32, dst)
-	pass1 := kSumSquaresBy[src.DType()]
+	sdt := src.DType()
+	pass1 := kSumSquaresBy[sdt]
 	if dst.Numel() != 1 {
 		panic(fmt.Sprintf("metal: %s: dst %v must hold one element", kSumSquares, dst.Shape))
 	}
@@ -139,9 +148,9 @@ func (b *Backend) SumSquares(dst, src backend.View) {
 		return
 	}
 	checkCount(pass1, n)
-	sq, add := pkey(pass1, cBool(0, true)), pkey(kSumSquares, cBool(0, false))
+	sq, add := sumSquaresKeys[sdt], sumSquaresAddKey
 	nb := (n + sumSqBlock - 1) / sumSqBlock
-	t1 := rowThreads(min(n, sumSqBlock), 256, b.pipelineFor(sq).MaxThreads(), b.pipelineFor(sq).SIMDWidth())
+	t1 := b.rowThreadsFor(sq, min(n, sumSqBlock), 256)
 	if nb == 1 {
 		b.run(pass1, sq, [3]int{1, 1, 1}, [3]int{t1, 1, 1}, b.arg(one), b.arg(src),
 			bytesArg(sumSqParams{uint32(n), sumSqBlock}))
@@ -149,10 +158,10 @@ func (b *Backend) SumSquares(dst, src backend.View) {
 	}
 	part := b.Alloc(backend.Float32, nb)
 	defer b.Free(part)
-	b.run(pass1+".blocks", sq, [3]int{nb, 1, 1}, [3]int{t1, 1, 1}, b.arg(backend.View{Buf: part}), b.arg(src),
+	b.run(sumSquaresBlocksLabels[sdt], sq, [3]int{nb, 1, 1}, [3]int{t1, 1, 1}, b.arg(backend.View{Buf: part}), b.arg(src),
 		bytesArg(sumSqParams{uint32(n), sumSqBlock}))
-	t2 := rowThreads(nb, 1024, b.pipelineFor(add).MaxThreads(), b.pipelineFor(add).SIMDWidth())
-	b.run(kSumSquares+".total", add, [3]int{1, 1, 1}, [3]int{t2, 1, 1}, b.arg(one), b.arg(backend.View{Buf: part}),
+	t2 := b.rowThreadsFor(add, nb, 1024)
+	b.run(sumSquaresTotalLabel, add, [3]int{1, 1, 1}, [3]int{t2, 1, 1}, b.arg(one), b.arg(backend.View{Buf: part}),
 		bytesArg(sumSqParams{uint32(nb), uint32(nb)}))
 }
 
@@ -214,7 +223,6 @@ func (b *Backend) adamw(param, grad, m, v, state backend.View, p backend.AdamWPa
 	if clipped {
 		key, label = kAdamWClip, kAdamWClipped
 	}
-	groups, threads := b.ewGrid(key, n)
 	// Unclipped, buffer 5 is bound to a placeholder the kernel never reads.
-	b.run(label, key, groups, threads, b.arg(param), b.arg(grad), b.arg(m), b.arg(v), bytesArg(ap), b.arg(state))
+	b.runEW(label, key, n, b.arg(param), b.arg(grad), b.arg(m), b.arg(v), bytesArg(ap), b.arg(state))
 }

@@ -52,14 +52,7 @@ func indexGroups(kernel string, shape []int, axis int) (p, s, q int) {
 	if axis < 0 || axis >= len(shape) {
 		panic(fmt.Sprintf("metal: %s: axis %d out of range for shape %v", kernel, axis, shape))
 	}
-	p, q = 1, 1
-	for _, d := range shape[:axis] {
-		p *= d
-	}
-	for _, d := range shape[axis+1:] {
-		q *= d
-	}
-	return p, shape[axis], q
+	return backend.SplitAxis(shape, axis)
 }
 
 // indexData checks the dtypes of an indexing op: data views float32 or
@@ -74,6 +67,52 @@ func indexData(kernel string, a, b, idx backend.View) {
 	}
 }
 
+// ixSizes are the sizes of an indexing call: the data as (P, S, Q) around
+// the axis, I indices along it, and n, dst's element count.
+type ixSizes struct {
+	p, s, q, ni, n int
+}
+
+// ixShape is how an indexing op lays out its views: the indices a list
+// (I) along the axis (IndexSelect, IndexAdd) or a tensor (P, I, Q)
+// (Gather, ScatterAdd); the data (P, S, Q) src (the forward ops) or dst
+// (their adjoints, the adds), the other side (P, I, Q).
+type ixShape struct {
+	list, adjoint bool
+}
+
+// ixCheck checks an indexing call of shape sh and returns its sizes: P
+// and Q from the data (list) or from idx, dst contiguous unless the call
+// is empty (n = 0).
+func ixCheck(kernel string, sh ixShape, dst, src, idx backend.View, axis int) (z ixSizes) {
+	indexData(kernel, dst, src, idx)
+	data := src
+	if sh.adjoint {
+		data = dst
+	}
+	if sh.list {
+		z.p, z.s, z.q = indexGroups(kernel, data.Shape, axis)
+		z.ni = idx.Numel()
+	} else {
+		z.p, z.ni, z.q = indexGroups(kernel, idx.Shape, axis)
+		z.s = data.Shape[axis]
+	}
+	z.n = z.p * z.ni * z.q
+	if sh.adjoint {
+		z.n = z.p * z.s * z.q
+	}
+	if z.n > 0 && !dst.IsContiguous() {
+		panic(fmt.Sprintf("metal: %s: dst must be contiguous (shape %v strides %v)", kernel, dst.Shape, dst.Strides))
+	}
+	return z
+}
+
+// params is the parameter block of the sizes (N, the threads' count, and
+// the sort's fields unset) with the indices' stride.
+func (z ixSizes) params(istride int) indexParams {
+	return indexParams{P: uint32(z.p), S: uint32(z.s), Q: uint32(z.q), NI: uint32(z.ni), IStride: int32(istride)}
+}
+
 // ixIndexList returns the binding and stride of a list of int32 indices: a
 // 1-D view of any stride as it is; other views contiguous (copied if
 // needed).
@@ -85,55 +124,38 @@ func (b *Backend) ixIndexList(idx backend.View) (backend.View, int, func()) {
 	return cv, 1, free
 }
 
-// ixCheckDst panics unless an output view is contiguous.
-func ixCheckDst(kernel string, dst backend.View) {
-	if !dst.IsContiguous() {
-		panic(fmt.Sprintf("metal: %s: dst must be contiguous (shape %v strides %v)", kernel, dst.Shape, dst.Strides))
-	}
-}
-
 // IndexSelect writes dst (P, I, Q) = src (P, S, Q) at indices idx (I)
 // along axis.
 func (b *Backend) IndexSelect(dst, src, idx backend.View, axis int) {
-	indexData(kIndexSelect, dst, src, idx)
-	p, s, q := indexGroups(kIndexSelect, src.Shape, axis)
-	ni := idx.Numel()
-	n := p * ni * q
-	if n == 0 {
+	z := ixCheck(kIndexSelect, ixShape{list: true}, dst, src, idx, axis)
+	if z.n == 0 {
 		return
 	}
-	ixCheckDst(kIndexSelect, dst)
-	checkCount(kIndexSelect, max(n, p*s*q))
+	checkCount(kIndexSelect, max(z.n, z.p*z.s*z.q))
 	src, freeSrc := b.contiguous(src)
 	defer freeSrc()
 	iv, istride, freeIdx := b.ixIndexList(idx)
 	defer freeIdx()
-	prm := indexParams{P: uint32(p), S: uint32(s), Q: uint32(q), NI: uint32(ni), IStride: int32(istride), N: uint32(n)}
-	key := pkey(kIndexSelect)
-	groups, threads := b.ewGrid(key, n)
-	b.run(kIndexSelect, key, groups, threads, b.arg(dst), b.arg(src), b.arg(iv), bytesArg(prm))
+	prm := z.params(istride)
+	prm.N = uint32(z.n)
+	b.runEW(kIndexSelect, pkey(kIndexSelect), z.n, b.arg(dst), b.arg(src), b.arg(iv), bytesArg(prm))
 }
 
 // Gather writes dst (P, I, Q) = src[p, idx[p, i, q], q], idx (P, I, Q),
 // src (P, S, Q).
 func (b *Backend) Gather(dst, src, idx backend.View, axis int) {
-	indexData(kGather, dst, src, idx)
-	p, ni, q := indexGroups(kGather, idx.Shape, axis)
-	s := src.Shape[axis]
-	n := p * ni * q
-	if n == 0 {
+	z := ixCheck(kGather, ixShape{}, dst, src, idx, axis)
+	if z.n == 0 {
 		return
 	}
-	ixCheckDst(kGather, dst)
-	checkCount(kGather, max(n, p*s*q))
+	checkCount(kGather, max(z.n, z.p*z.s*z.q))
 	src, freeSrc := b.contiguous(src)
 	defer freeSrc()
 	idx, freeIdx := b.contiguous(idx)
 	defer freeIdx()
-	prm := indexParams{P: uint32(p), S: uint32(s), Q: uint32(q), NI: uint32(ni), IStride: 1, N: uint32(n)}
-	key := pkey(kGather)
-	groups, threads := b.ewGrid(key, n)
-	b.run(kGather, key, groups, threads, b.arg(dst), b.arg(src), b.arg(idx), bytesArg(prm))
+	prm := z.params(1)
+	prm.N = uint32(z.n)
+	b.runEW(kGather, pkey(kGather), z.n, b.arg(dst), b.arg(src), b.arg(idx), bytesArg(prm))
 }
 
 // ixZero writes zeros over a contiguous view.
@@ -170,39 +192,33 @@ func (b *Backend) ixSort(iv backend.View, prm indexParams) ixSorted {
 	t -= t % pipe.SIMDWidth()
 	b.run(kIndexSortKeys, key, [3]int{1, 1, 1}, [3]int{t, 1, 1}, b.arg(iv), b.arg(at(0)), bytesArg(prm))
 
-	key = pkey(kIndexRowStarts)
-	groups, threads := b.ewGrid(key, nkeys+1)
-	b.run(kIndexRowStarts, key, groups, threads, b.arg(at(sorted)), b.arg(at(starts)), bytesArg(prm))
+	b.runEW(kIndexRowStarts, pkey(kIndexRowStarts), nkeys+1, b.arg(at(sorted)), b.arg(at(starts)), bytesArg(prm))
 	return ixSorted{scratch: scratch, vals: at(sorted + ni), starts: at(starts)}
 }
 
 // IndexAdd is IndexSelect's adjoint: dst (P, S, Q) is zeroed, then
 // dst[:, idx[i], :] += src[:, i, :] in index order.
 func (b *Backend) IndexAdd(dst, src, idx backend.View, axis int) {
-	indexData(kIndexAdd, dst, src, idx)
-	p, s, q := indexGroups(kIndexAdd, dst.Shape, axis)
-	ni := idx.Numel()
-	n := p * s * q
-	if n == 0 {
+	z := ixCheck(kIndexAdd, ixShape{list: true, adjoint: true}, dst, src, idx, axis)
+	if z.n == 0 {
 		return
 	}
-	ixCheckDst(kIndexAdd, dst)
-	if ni == 0 {
+	if z.ni == 0 {
 		b.ixZero(dst)
 		return
 	}
-	checkCount(kIndexAdd, max(n, p*ni*q, 4*ni+s+1))
+	checkCount(kIndexAdd, max(z.n, z.p*z.ni*z.q, 4*z.ni+z.s+1))
 	src, freeSrc := b.contiguous(src)
 	defer freeSrc()
 	iv, istride, freeIdx := b.ixIndexList(idx)
 	defer freeIdx()
-	prm := indexParams{P: uint32(p), S: uint32(s), Q: uint32(q), NI: uint32(ni), IStride: int32(istride), NKeys: uint32(s), NSort: uint32(ni)}
+	prm := z.params(istride)
+	prm.NKeys, prm.NSort = uint32(z.s), uint32(z.ni)
 	srt := b.ixSort(iv, prm)
 	defer b.Free(srt.scratch)
-	prm.N = uint32(n)
-	key := pkey(kIndexAdd, cBool(0, dst.DType() == backend.Int32))
-	groups, threads := b.ewGrid(key, n)
-	b.run(kIndexAdd, key, groups, threads, b.arg(dst), b.arg(src), b.arg(srt.vals), b.arg(srt.starts), bytesArg(prm))
+	prm.N = uint32(z.n)
+	b.runEW(kIndexAdd, pkey(kIndexAdd, cBool(0, dst.DType() == backend.Int32)), z.n,
+		b.arg(dst), b.arg(src), b.arg(srt.vals), b.arg(srt.starts), bytesArg(prm))
 }
 
 // scatterSortCols is the most (P·Q) columns for which ScatterAdd sorts
@@ -215,41 +231,35 @@ const scatterSortCols = 8
 // ScatterAdd is Gather's adjoint: dst (P, S, Q) is zeroed, then
 // dst[p, idx[p, i, q], q] += g[p, i, q] for i in order; g and idx (P, I, Q).
 func (b *Backend) ScatterAdd(dst, g, idx backend.View, axis int) {
-	indexData(kScatterAdd, dst, g, idx)
-	p, ni, q := indexGroups(kScatterAdd, idx.Shape, axis)
-	s := dst.Shape[axis]
-	n := p * s * q
-	if n == 0 {
+	z := ixCheck(kScatterAdd, ixShape{adjoint: true}, dst, g, idx, axis)
+	if z.n == 0 {
 		return
 	}
-	ixCheckDst(kScatterAdd, dst)
-	if ni == 0 {
+	if z.ni == 0 {
 		b.ixZero(dst)
 		return
 	}
-	checkCount(kScatterAdd, max(n, p*ni*q))
+	p, ni, q := z.p, z.ni, z.q
+	checkCount(kScatterAdd, max(z.n, p*ni*q))
 	g, freeG := b.contiguous(g)
 	defer freeG()
 	idx, freeIdx := b.contiguous(idx)
 	defer freeIdx()
-	prm := indexParams{P: uint32(p), S: uint32(s), Q: uint32(q), NI: uint32(ni), IStride: 1}
+	prm := z.params(1)
 	intAdd := cBool(0, dst.DType() == backend.Int32)
-	if nkeys := p * q * (s + 1); p*q <= scatterSortCols && 4*p*ni*q+nkeys+1 <= math.MaxInt32 {
+	if nkeys := p * q * (z.s + 1); p*q <= scatterSortCols && 4*p*ni*q+nkeys+1 <= math.MaxInt32 {
 		// Few columns: sort the P·I·Q elements by (column, index).
 		prm.NSort, prm.Scatter, prm.NKeys = uint32(p*ni*q), 1, uint32(nkeys)
 		srt := b.ixSort(idx, prm)
 		defer b.Free(srt.scratch)
-		prm.N = uint32(n)
-		key := pkey(kScatterSorted, intAdd)
-		groups, threads := b.ewGrid(key, n)
-		b.run(kScatterSorted, key, groups, threads, b.arg(dst), b.arg(g), b.arg(srt.vals), b.arg(srt.starts), bytesArg(prm))
+		prm.N = uint32(z.n)
+		b.runEW(kScatterSorted, pkey(kScatterSorted, intAdd), z.n,
+			b.arg(dst), b.arg(g), b.arg(srt.vals), b.arg(srt.starts), bytesArg(prm))
 		return
 	}
 	b.ixZero(dst)
 	prm.N = uint32(p * q)
-	key := pkey(kScatterAdd, intAdd)
-	groups, threads := b.ewGrid(key, p*q)
-	b.run(kScatterAdd, key, groups, threads, b.arg(dst), b.arg(g), b.arg(idx), bytesArg(prm))
+	b.runEW(kScatterAdd, pkey(kScatterAdd, intAdd), p*q, b.arg(dst), b.arg(g), b.arg(idx), bytesArg(prm))
 }
 
 // indexKernels lists the kernels of this file (for the tests).

@@ -7,6 +7,7 @@ package metal
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
@@ -76,16 +77,67 @@ func dtypeTag(dt backend.DType) string {
 	panic(fmt.Sprintf("metal: no kernels for dtype %v", dt))
 }
 
-// byDType is a kernel name per float dtype, indexed by the dtype.
+// byDType is a kernel name (or a dispatch label) per float dtype, indexed
+// by the dtype. Every per-dtype table of the ops is one (or an array of
+// them, indexed by a kernel's part): built once, indexed per call.
 type byDType [backend.BFloat16 + 1]string
 
 // namesByDType returns the names parts…_<tag> of the kernels for every
-// float dtype (built once: the ops look them up per call).
+// float dtype.
 func namesByDType(parts ...string) (n byDType) {
 	for _, dt := range floatTypes {
 		n[dt] = kernels.Name(append(append([]string(nil), parts...), dtypeTag(dt))...)
 	}
 	return n
+}
+
+// namesByDTypeTo returns the names parts…_<tag>[_<out>] of the kernels
+// for every float dtype that write a dst of dtype out, named where it
+// differs from the operands' (reduce_f16_f32, reduce_f32).
+func namesByDTypeTo(out backend.DType, parts ...string) (n byDType) {
+	for _, dt := range floatTypes {
+		name := append(append([]string(nil), parts...), dtypeTag(dt))
+		if out != dt {
+			name = append(name, dtypeTag(out))
+		}
+		n[dt] = kernels.Name(name...)
+	}
+	return n
+}
+
+// withSuffix returns the dispatch labels name+suffix of t's names
+// ("softmax_f16.log").
+func withSuffix(t byDType, suffix string) (l byDType) {
+	for _, dt := range floatTypes {
+		l[dt] = t[dt] + suffix
+	}
+	return l
+}
+
+// opLabels returns the dispatch labels name.op of t's names for the ops
+// 0 … last, by dtype and op ("unary_f32.exp").
+func opLabels[Op interface {
+	~uint8
+	String() string
+}](t byDType, last Op) (l [backend.BFloat16 + 1][]string) {
+	for _, dt := range floatTypes {
+		for op := Op(0); op <= last; op++ {
+			l[dt] = append(l[dt], t[dt]+"."+op.String())
+		}
+	}
+	return l
+}
+
+// allNames lists the names of every float dtype of the tables (for the
+// tests).
+func allNames(tables ...byDType) []string {
+	var names []string
+	for _, t := range tables {
+		for _, dt := range floatTypes {
+			names = append(names, t[dt])
+		}
+	}
+	return names
 }
 
 // sameDType panics unless every view (with a Buf) has views[0]'s dtype.
@@ -98,9 +150,47 @@ func sameDType(kernel string, views ...backend.View) {
 	}
 }
 
+// floatDType checks the views of a kernel that takes float32, float16 or
+// bfloat16, all of one dtype (checkKernelDType, sameDType), and returns
+// that dtype (views[0]'s).
+func floatDType(kernel string, views ...backend.View) backend.DType {
+	checkKernelDType(kernel, floatTypes, views...)
+	sameDType(kernel, views...)
+	return views[0].DType()
+}
+
+// namedView is a view of a call with its parameter name (for messages).
+type namedView struct {
+	name string
+	v    backend.View
+}
+
+// dtypeList describes the views' dtypes for a message: "x float16, y
+// float32"; a view with a nil Buf reads absent ("x none"), or is left out
+// when absent is "".
+func dtypeList(views []namedView, absent string) string {
+	var s []string
+	for _, a := range views {
+		dt := absent
+		if a.v.Buf != nil {
+			dt = a.v.DType().String()
+		}
+		if dt != "" {
+			s = append(s, a.name+" "+dt)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
 // pkey is the pipeline key of a kernel with function constants (given in
-// ascending index order).
+// ascending index order). A kernel takes at most fastConsts of them, so
+// that every key the ops build goes through the pipeline cache's fast
+// index (pipeline.go).
 func pkey(kernel string, consts ...driver.Constant) driver.PipelineKey {
+	if len(consts) > fastConsts {
+		panic(fmt.Sprintf("metal: %s: %d function constants, more than the pipeline cache's fast index takes (fastConsts = %d)",
+			kernel, len(consts), fastConsts))
+	}
 	return driver.PipelineKey{Kernel: kernel, Constants: consts}
 }
 
@@ -121,6 +211,32 @@ func (b *Backend) ewGrid(key driver.PipelineKey, n int) (groups, threads [3]int)
 	t := min(ewThreads, b.pipelineFor(key).MaxThreads())
 	g := min((n+t-1)/t, ewMaxGroups)
 	return [3]int{g, 1, 1}, [3]int{t, 1, 1}
+}
+
+// runEW launches an elementwise kernel over n elements (ewGrid).
+func (b *Backend) runEW(label string, key driver.PipelineKey, n int, args ...kernelArg) {
+	groups, threads := b.ewGrid(key, n)
+	b.run(label, key, groups, threads, args...)
+}
+
+// rowThreadsFor is rowThreads for key's pipeline: rows of n elements, at
+// most most threads.
+func (b *Backend) rowThreadsFor(key driver.PipelineKey, n, most int) int {
+	pipe := b.pipelineFor(key)
+	return rowThreads(n, most, pipe.MaxThreads(), pipe.SIMDWidth())
+}
+
+// lastAxisRows views a tensor as rows of its last axis: (0, 0) when that
+// axis is empty.
+func lastAxisRows(v backend.View) (rows, cols int) {
+	cols = 1
+	if len(v.Shape) > 0 {
+		cols = v.Shape[len(v.Shape)-1]
+	}
+	if cols == 0 {
+		return 0, 0
+	}
+	return v.Numel() / cols, cols
 }
 
 // layout is k views of one shape with their dimensions coalesced: size-1
@@ -156,13 +272,19 @@ func (l layout) split(maxd int, fn func(sub layout)) {
 		return
 	}
 	for i := 0; i < l.shape[0]; i++ {
-		sub := layout{shape: l.shape[1:], strides: make([][]int, len(l.strides)), offsets: make([]int, len(l.offsets))}
-		for v := range l.strides {
-			sub.strides[v] = l.strides[v][1:]
-			sub.offsets[v] = l.offsets[v] + i*l.strides[v][0]
-		}
-		sub.split(maxd, fn)
+		l.at(i).split(maxd, fn)
 	}
+}
+
+// at returns the layout of index i of l's leading dimension: its other
+// dimensions, with the views' offsets moved there.
+func (l layout) at(i int) layout {
+	sub := layout{shape: l.shape[1:], strides: make([][]int, len(l.strides)), offsets: make([]int, len(l.offsets))}
+	for v := range l.strides {
+		sub.strides[v] = l.strides[v][1:]
+		sub.offsets[v] = l.offsets[v] + i*l.strides[v][0]
+	}
+	return sub
 }
 
 // view returns view v of the layout: buf at the layout's offset (the shape
@@ -207,24 +329,8 @@ func checkCount(kernel string, n int) {
 	}
 }
 
+// The names ops_matmul.go gives in its panics.
 var (
-	kFill        = kernels.Name("fill", "x32")
-	kFill16      = kernels.Name("fill", "x16")
-	kCopy        = kernels.Name("copy", "x32")
-	kCopyCvt     = kernels.Name("copy", "cvt")
-	kUnaryBy     = namesByDType("unary")
-	kUnaryGradBy = namesByDType("unary", "grad")
-	kBinaryBy    = namesByDType("binary")
-	kUnary       = kernels.Name("unary", "f32")
-	kUnaryGrad   = kernels.Name("unary", "grad", "f32")
-	kBinary      = kernels.Name("binary", "f32")
-	kWhere       = kernels.Name("where", "x32")
-	kWhere16     = kernels.Name("where", "x16")
-	kWhereC16    = kernels.Name("where", "x32", "c16")
-	kWhere16C16  = kernels.Name("where", "x16", "c16")
-	kReduce      = kernels.Name("reduce", "f32")
-	kSoftmax     = kernels.Name("softmax", "f32")
-	kSoftmaxBack = kernels.Name("softmax", "backward", "f32")
 	kMatMul      = kernels.Name("matmul", "f32")
 	kMatMulNaive = kernels.Name("matmul", "naive", "f32")
 )

@@ -506,12 +506,7 @@ func (b *Backend) batchSplit(l layout, fn func(sub layout)) {
 		return
 	}
 	for i := 0; i < l.shape[0]; i++ {
-		sub := layout{shape: l.shape[1:], strides: make([][]int, len(l.strides)), offsets: make([]int, len(l.offsets))}
-		for v := range l.strides {
-			sub.strides[v] = l.strides[v][1:]
-			sub.offsets[v] = l.offsets[v] + i*l.strides[v][0]
-		}
-		b.batchSplit(sub, fn)
+		b.batchSplit(l.at(i), fn)
 	}
 }
 

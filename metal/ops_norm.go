@@ -20,66 +20,46 @@ package metal
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/forgeml/forge/forge/backend"
-	"github.com/forgeml/forge/kernels"
 	"github.com/forgeml/forge/metal/driver"
 )
 
-// normNames are the norm kernels of one dtype: float32 (every view
-// float32) or the call's 16-bit dtype.
-type normNames struct {
-	rms, rmsBack, layer, layerBack, paramGrad, colSum string
-}
-
-// normByDType holds the kernel names by dtype (built once), indexed by
-// Float32, Float16 or BFloat16.
-var normByDType = func() (t [backend.BFloat16 + 1]normNames) {
-	for _, dt := range floatTypes {
-		tag := dtypeTag(dt)
-		t[dt] = normNames{
-			rms:       kernels.Name("rms_norm", tag),
-			rmsBack:   kernels.Name("rms_norm", "backward", tag),
-			layer:     kernels.Name("layer_norm", tag),
-			layerBack: kernels.Name("layer_norm", "backward", tag),
-			paramGrad: kernels.Name("norm", "param", "grad", tag),
-			colSum:    kernels.Name("norm", "col", "sum", tag),
-		}
-	}
-	return t
-}()
-
-// The float32 kernels (also the names the ops' panics give).
 var (
-	kRMSNorm       = normByDType[backend.Float32].rms
-	kRMSNormBack   = normByDType[backend.Float32].rmsBack
-	kLayerNorm     = normByDType[backend.Float32].layer
-	kLayerNormBack = normByDType[backend.Float32].layerBack
-	kNormParamGrad = normByDType[backend.Float32].paramGrad
-	kNormColSum    = normByDType[backend.Float32].colSum
+	kRMSNormBy       = namesByDType("rms_norm")
+	kRMSNormBackBy   = namesByDType("rms_norm", "backward")
+	kLayerNormBy     = namesByDType("layer_norm")
+	kLayerNormBackBy = namesByDType("layer_norm", "backward")
+	kNormParamGradBy = namesByDType("norm", "param", "grad")
+	kNormColSumBy    = namesByDType("norm", "col", "sum")
+
+	// The ops' names in panics: their float32 kernels.
+	kRMSNorm       = kRMSNormBy[backend.Float32]
+	kRMSNormBack   = kRMSNormBackBy[backend.Float32]
+	kLayerNorm     = kLayerNormBy[backend.Float32]
+	kLayerNormBack = kLayerNormBackBy[backend.Float32]
 )
 
-// normArg is a view of a norm call with its parameter name (for the dtype
-// checks' messages).
-type normArg struct {
-	name string
-	v    backend.View
+// normKind is RMSNorm or LayerNorm: its row kernels, its names in panics
+// and the dispatch labels of its weight/bias gradient passes (built once).
+type normKind struct {
+	layer            bool     // x̂ = (x−μ)·rstd (LayerNorm) rather than x·rstd
+	fwd, back        *byDType // the row kernels by dtype
+	fwdOp, backOp    string   // fwd[Float32], back[Float32]
+	partials, colSum string   // labels: backOp+".partials", backOp+".sum"
 }
 
-// normDTypeList describes the given views' dtypes: "x float16, y float32".
-func normDTypeList(args []normArg) string {
-	var s string
-	for _, a := range args {
-		if a.v.Buf == nil {
-			continue
-		}
-		if s != "" {
-			s += ", "
-		}
-		s += a.name + " " + a.v.DType().String()
-	}
-	return s
+func newNormKind(layer bool, fwd, back *byDType) normKind {
+	b := back[backend.Float32]
+	return normKind{layer: layer, fwd: fwd, back: back, fwdOp: fwd[backend.Float32], backOp: b,
+		partials: b + ".partials", colSum: b + ".sum"}
 }
+
+var (
+	rmsNorm   = newNormKind(false, &kRMSNormBy, &kRMSNormBackBy)
+	layerNorm = newNormKind(true, &kLayerNormBy, &kLayerNormBackBy)
+)
 
 // normCheckDTypes checks the dtypes of a norm call: stats (mean, rstd)
 // float32; data float32, float16 or bfloat16 with at most one 16-bit dtype
@@ -87,8 +67,8 @@ func normDTypeList(args []normArg) string {
 // dtype. It returns the call's 16-bit dtype, Float32 if there is none.
 // Views with a nil Buf are absent and not checked. The panics name the
 // kernel and every view's dtype.
-func normCheckDTypes(kernel string, stats, data []normArg, same ...[]normArg) backend.DType {
-	for _, list := range [2][]normArg{data, stats} {
+func normCheckDTypes(kernel string, stats, data []namedView, same ...[]namedView) backend.DType {
+	for _, list := range [2][]namedView{data, stats} {
 		for _, a := range list {
 			if a.v.Buf != nil && a.v.DType() == backend.Float64 {
 				panic(errFloat64(kernel))
@@ -96,8 +76,8 @@ func normCheckDTypes(kernel string, stats, data []normArg, same ...[]normArg) ba
 		}
 	}
 	fail := func(why string, args ...any) {
-		all := append(append([]normArg(nil), data...), stats...)
-		panic(fmt.Sprintf("metal: %s: dtypes %s: %s", kernel, normDTypeList(all), fmt.Sprintf(why, args...)))
+		all := append(append([]namedView(nil), data...), stats...)
+		panic(fmt.Sprintf("metal: %s: dtypes %s: %s", kernel, dtypeList(all, ""), fmt.Sprintf(why, args...)))
 	}
 	for _, a := range stats {
 		if a.v.Buf != nil && a.v.DType() != backend.Float32 {
@@ -138,14 +118,21 @@ func normCheckDTypes(kernel string, stats, data []normArg, same ...[]normArg) ba
 // normIsHalf reports whether v is given and 16-bit.
 func normIsHalf(v backend.View) bool { return v.Buf != nil && v.DType().IsHalf() }
 
-// normRowKernel returns a row kernel (pick of normByDType[h], h the call's
-// 16-bit dtype) and the dtype constants 6–8 to append to its key; the
-// float32 kernel, without them, when no view it reads or writes is 16-bit.
-func normRowKernel(h backend.DType, pick func(normNames) string, x16, y16, w16 bool) (string, []driver.Constant) {
-	if !x16 && !y16 && !w16 {
-		return pick(normByDType[backend.Float32]), nil
+// normKey is the key of norm kernel t with consts: t[Float32] when none
+// of halves is set (no view the kernel reads or writes is 16-bit), else
+// t[h] (h the call's 16-bit dtype), told by constants 6, 7, … which views
+// are 16-bit.
+func normKey(t *byDType, h backend.DType, consts []driver.Constant, halves ...bool) driver.PipelineKey {
+	cs := make([]driver.Constant, 0, len(consts)+len(halves))
+	cs = append(cs, consts...)
+	kernel := t[backend.Float32]
+	if slices.Contains(halves, true) {
+		kernel = t[h]
+		for i, x := range halves {
+			cs = append(cs, cBool(6+i, x))
+		}
 	}
-	return pick(normByDType[h]), []driver.Constant{cBool(6, x16), cBool(7, y16), cBool(8, w16)}
+	return pkey(kernel, cs...)
 }
 
 // normParams mirrors NormParams in kernels/norm.metal.
@@ -173,28 +160,23 @@ func normDims(kernel string, x backend.View, views ...backend.View) (n, c int) {
 			panic(fmt.Sprintf("metal: %s: view %v with strides %v is not contiguous", kernel, v.Shape, v.Strides))
 		}
 	}
-	c = 1
-	if len(x.Shape) > 0 {
-		c = x.Shape[len(x.Shape)-1]
-	}
-	if c == 0 {
-		return 0, 0
-	}
-	return x.Numel() / c, c
+	return lastAxisRows(x)
 }
 
-// runNormRows launches a row kernel over n rows of c: the key's constant 0
-// (norm_simd_rows) is chosen here and prepended to consts.
-func (b *Backend) runNormRows(kernel, label string, n, c int, consts []driver.Constant, args ...kernelArg) {
-	simdRows := c <= normSimdRowsMax
-	key := pkey(kernel, append([]driver.Constant{cBool(0, simdRows)}, consts...)...)
+// normSimdRows reports whether rows of c run one per simdgroup (constant
+// 0 of the row kernels, norm_simd_rows) rather than one per threadgroup.
+func normSimdRows(c int) bool { return c <= normSimdRowsMax }
+
+// runNormRows launches the row kernel of key (its constant 0
+// normSimdRows(c)) over n rows of c.
+func (b *Backend) runNormRows(key driver.PipelineKey, n, c int, args ...kernelArg) {
 	pipe := b.pipelineFor(key)
 	simd := pipe.SIMDWidth()
 	if simd != 32 {
-		panic(fmt.Sprintf("metal: %s: SIMD width %d; the kernel's butterflies assume 32", kernel, simd))
+		panic(fmt.Sprintf("metal: %s: SIMD width %d; the kernel's butterflies assume 32", key.Kernel, simd))
 	}
 	var groups, threads [3]int
-	if simdRows {
+	if normSimdRows(c) {
 		per := max(1, min(normRowsPerGroup, pipe.MaxThreads()/simd))
 		groups = rowGrid((n + per - 1) / per)
 		threads = [3]int{per * simd, 1, 1}
@@ -202,7 +184,7 @@ func (b *Backend) runNormRows(kernel, label string, n, c int, consts []driver.Co
 		groups = rowGrid(n)
 		threads = [3]int{rowThreads(c, 256, pipe.MaxThreads(), simd), 1, 1}
 	}
-	b.run(label, key, groups, threads, args...)
+	b.run(key.Kernel, key, groups, threads, args...)
 }
 
 // normBlocking is the fixed row blocking of a weight/bias gradient of
@@ -214,11 +196,10 @@ func normBlocking(n, c int) (nb, rb int) {
 }
 
 // normParamGrads writes dw and db (where their Buf is not nil; one dtype)
-// as column sums over the n rows of dy·x̂ and dy; layer selects
-// x̂ = (x−μ)·rstd. h is the call's 16-bit dtype (Float32 if none): dy and
-// x are read as they are (float32 partials), the sums rounded once to dw's
-// dtype.
-func (b *Backend) normParamGrads(label string, h backend.DType, layer bool, dw, db, dy, x, mean, rstd backend.View, n, c int) {
+// as column sums over the n rows of dy·x̂ and dy, x̂ as norm k defines it.
+// h is the call's 16-bit dtype (Float32 if none): dy and x are read as
+// they are (float32 partials), the sums rounded once to dw's dtype.
+func (b *Backend) normParamGrads(k *normKind, h backend.DType, dw, db, dy, x, mean, rstd backend.View, n, c int) {
 	wantW, wantB := dw.Buf != nil, db.Buf != nil
 	if !wantW && !wantB {
 		return
@@ -232,94 +213,49 @@ func (b *Backend) normParamGrads(label string, h backend.DType, layer bool, dw, 
 		return
 	}
 	nb, rb := normBlocking(n, c)
-	k := 0
+	ng := 0 // gradients wanted
 	if wantW {
-		k++
+		ng++
 	}
 	if wantB {
-		k++
+		ng++
 	}
-	checkCount(label, 2*nb*c*k)
-	part := b.Alloc(backend.Float32, 2*nb*c*k) // per gradient: partial sums, compensations
+	checkCount(k.backOp, 2*nb*c*ng)
+	part := b.Alloc(backend.Float32, 2*nb*c*ng) // per gradient: partial sums, compensations
 	defer b.Free(part)
 	p := normParams{Rows: uint32(n), Cols: uint32(c), NBlocks: uint32(nb), Block: uint32(rb)}
-	key := pkey(kNormParamGrad, cBool(3, layer), cBool(4, wantW), cBool(5, wantB))
-	if x16, y16 := normIsHalf(x), normIsHalf(dy); x16 || y16 {
-		key = pkey(normByDType[h].paramGrad, cBool(3, layer), cBool(4, wantW), cBool(5, wantB), cBool(6, x16), cBool(7, y16))
-	}
+	key := normKey(&kNormParamGradBy, h, []driver.Constant{cBool(3, k.layer), cBool(4, wantW), cBool(5, wantB)},
+		normIsHalf(x), normIsHalf(dy))
 	tx := rowThreads(c, 256, b.pipelineFor(key).MaxThreads(), 32)
-	b.run(label+".partials", key, [3]int{(c + tx - 1) / tx, nb, 1}, [3]int{tx, 1, 1},
+	b.run(k.partials, key, [3]int{(c + tx - 1) / tx, nb, 1}, [3]int{tx, 1, 1},
 		b.arg(backend.View{Buf: part}), b.arg(dy), b.arg(x), b.arg(mean), b.arg(rstd), bytesArg(p))
 	gdt := dw
 	if !wantW {
 		gdt = db
 	}
-	sumKey := pkey(normByDType[gdt.DType()].colSum)
+	sumKey := pkey(kNormColSumBy[gdt.DType()])
 	ts := rowThreads(c, 256, b.pipelineFor(sumKey).MaxThreads(), 32)
 	off := 0
 	for _, v := range []backend.View{dw, db} {
 		if v.Buf == nil {
 			continue
 		}
-		b.run(label+".sum", sumKey, [3]int{(c + ts - 1) / ts, 1, 1}, [3]int{ts, 1, 1},
+		b.run(k.colSum, sumKey, [3]int{(c + ts - 1) / ts, 1, 1}, [3]int{ts, 1, 1},
 			b.arg(v), b.arg(backend.View{Buf: part, Offset: off}), bytesArg(p))
 		off += 2 * nb * c
 	}
 }
 
-// RMSNorm writes y = x·rstd·w, rstd = 1/√(mean(x²)+eps) per row of x (N, C),
-// saving rstd (N) where its Buf is not nil. w may have a nil Buf. x, y and
-// w may be 16-bit (see the file comment).
-func (b *Backend) RMSNorm(y, rstd, x, w backend.View, eps float64) {
-	h := normCheckDTypes(kRMSNorm, []normArg{{"rstd", rstd}},
-		[]normArg{{"y", y}, {"x", x}, {"w", w}})
-	n, c := normDims(kRMSNorm, x, y, rstd, w)
+// normForward writes y and, where their Buf is not nil, the saved mean
+// (LayerNorm only) and rstd of norm k per row of x, with the weight w and
+// the bias (LayerNorm only; nil Bufs: none). h is the call's 16-bit dtype
+// (Float32 if none).
+func (b *Backend) normForward(k *normKind, h backend.DType, y, mean, rstd, x, w, bias backend.View, eps float64) {
+	n, c := normDims(k.fwdOp, x, y, mean, rstd, w, bias)
 	if n == 0 {
 		return
 	}
-	checkCount(kRMSNorm, n*c)
-	p := normParams{Rows: uint32(n), Cols: uint32(c), Eps: float32(eps)}
-	if rstd.Buf != nil {
-		p.Save = 2
-	}
-	kernel, dts := normRowKernel(h, func(k normNames) string { return k.rms }, normIsHalf(x), normIsHalf(y), normIsHalf(w))
-	b.runNormRows(kernel, kernel, n, c, append([]driver.Constant{cBool(1, w.Buf != nil)}, dts...),
-		b.arg(y), b.arg(rstd), b.arg(x), b.arg(w), bytesArg(p))
-}
-
-// RMSNormBackward writes dx (N, C) and, where its Buf is not nil, dw (C)
-// from dy, x, w (nil Buf: no weight) and the saved rstd. dx has x's dtype,
-// dw w's; 16-bit views as in the file comment.
-func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.View) {
-	h := normCheckDTypes(kRMSNormBack, []normArg{{"rstd", rstd}},
-		[]normArg{{"dx", dx}, {"dw", dw}, {"dy", dy}, {"x", x}, {"w", w}},
-		[]normArg{{"x", x}, {"dx", dx}}, []normArg{{"w", w}, {"dw", dw}})
-	n, c := normDims(kRMSNormBack, x, dx, dw, dy, w, rstd)
-	if c == 0 {
-		return
-	}
-	checkCount(kRMSNormBack, n*c)
-	if n > 0 && dx.Buf != nil {
-		p := normParams{Rows: uint32(n), Cols: uint32(c)}
-		kernel, dts := normRowKernel(h, func(k normNames) string { return k.rmsBack }, normIsHalf(x), normIsHalf(dy), normIsHalf(w))
-		b.runNormRows(kernel, kernel, n, c, append([]driver.Constant{cBool(1, w.Buf != nil)}, dts...),
-			b.arg(dx), b.arg(dy), b.arg(x), b.arg(w), b.arg(rstd), bytesArg(p))
-	}
-	b.normParamGrads(kRMSNormBack, h, false, dw, backend.View{}, dy, x, backend.View{}, rstd, n, c)
-}
-
-// LayerNorm writes y = (x−mean)·rstd·w + b per row of x (N, C), saving mean
-// and rstd (N) where their Buf is not nil. w and b may have a nil Buf. x,
-// y, w and b may be 16-bit (see the file comment).
-func (b *Backend) LayerNorm(y, mean, rstd, x, w, bias backend.View, eps float64) {
-	h := normCheckDTypes(kLayerNorm, []normArg{{"mean", mean}, {"rstd", rstd}},
-		[]normArg{{"y", y}, {"x", x}, {"w", w}, {"b", bias}},
-		[]normArg{{"w", w}, {"b", bias}})
-	n, c := normDims(kLayerNorm, x, y, mean, rstd, w, bias)
-	if n == 0 {
-		return
-	}
-	checkCount(kLayerNorm, n*c)
+	checkCount(k.fwdOp, n*c)
 	p := normParams{Rows: uint32(n), Cols: uint32(c), Eps: float32(eps)}
 	if mean.Buf != nil {
 		p.Save |= 1
@@ -327,29 +263,78 @@ func (b *Backend) LayerNorm(y, mean, rstd, x, w, bias backend.View, eps float64)
 	if rstd.Buf != nil {
 		p.Save |= 2
 	}
-	kernel, dts := normRowKernel(h, func(k normNames) string { return k.layer },
-		normIsHalf(x), normIsHalf(y), normIsHalf(w) || normIsHalf(bias))
-	b.runNormRows(kernel, kernel, n, c, append([]driver.Constant{cBool(1, w.Buf != nil), cBool(2, bias.Buf != nil)}, dts...),
-		b.arg(y), b.arg(mean), b.arg(rstd), b.arg(x), b.arg(w), b.arg(bias), bytesArg(p))
+	// Constants 0 (norm_simd_rows), 1 (w given) and, for LayerNorm, 2 (b
+	// given).
+	consts := []driver.Constant{cBool(0, normSimdRows(c)), cBool(1, w.Buf != nil), cBool(2, bias.Buf != nil)}
+	if !k.layer {
+		consts = consts[:2]
+	}
+	key := normKey(k.fwd, h, consts, normIsHalf(x), normIsHalf(y), normIsHalf(w) || normIsHalf(bias))
+	if k.layer {
+		b.runNormRows(key, n, c, b.arg(y), b.arg(mean), b.arg(rstd), b.arg(x), b.arg(w), b.arg(bias), bytesArg(p))
+	} else {
+		b.runNormRows(key, n, c, b.arg(y), b.arg(rstd), b.arg(x), b.arg(w), bytesArg(p))
+	}
+}
+
+// normBackward writes dx (N, C) where its Buf is not nil, and dw, db (C)
+// where theirs are not (db: LayerNorm only), from dy, x, w (nil Buf: no
+// weight) and the saved mean (LayerNorm only) and rstd of norm k. h is
+// the call's 16-bit dtype (Float32 if none).
+func (b *Backend) normBackward(k *normKind, h backend.DType, dx, dw, db, dy, x, w, mean, rstd backend.View) {
+	n, c := normDims(k.backOp, x, dx, dw, db, dy, w, mean, rstd)
+	if c == 0 {
+		return
+	}
+	checkCount(k.backOp, n*c)
+	if n > 0 && dx.Buf != nil {
+		p := normParams{Rows: uint32(n), Cols: uint32(c)}
+		key := normKey(k.back, h, []driver.Constant{cBool(0, normSimdRows(c)), cBool(1, w.Buf != nil)},
+			normIsHalf(x), normIsHalf(dy), normIsHalf(w))
+		if k.layer {
+			b.runNormRows(key, n, c, b.arg(dx), b.arg(dy), b.arg(x), b.arg(w), b.arg(mean), b.arg(rstd), bytesArg(p))
+		} else {
+			b.runNormRows(key, n, c, b.arg(dx), b.arg(dy), b.arg(x), b.arg(w), b.arg(rstd), bytesArg(p))
+		}
+	}
+	b.normParamGrads(k, h, dw, db, dy, x, mean, rstd, n, c)
+}
+
+// RMSNorm writes y = x·rstd·w, rstd = 1/√(mean(x²)+eps) per row of x (N, C),
+// saving rstd (N) where its Buf is not nil. w may have a nil Buf. x, y and
+// w may be 16-bit (see the file comment).
+func (b *Backend) RMSNorm(y, rstd, x, w backend.View, eps float64) {
+	h := normCheckDTypes(kRMSNorm, []namedView{{"rstd", rstd}},
+		[]namedView{{"y", y}, {"x", x}, {"w", w}})
+	b.normForward(&rmsNorm, h, y, backend.View{}, rstd, x, w, backend.View{}, eps)
+}
+
+// RMSNormBackward writes dx (N, C) and, where its Buf is not nil, dw (C)
+// from dy, x, w (nil Buf: no weight) and the saved rstd. dx has x's dtype,
+// dw w's; 16-bit views as in the file comment.
+func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.View) {
+	h := normCheckDTypes(kRMSNormBack, []namedView{{"rstd", rstd}},
+		[]namedView{{"dx", dx}, {"dw", dw}, {"dy", dy}, {"x", x}, {"w", w}},
+		[]namedView{{"x", x}, {"dx", dx}}, []namedView{{"w", w}, {"dw", dw}})
+	b.normBackward(&rmsNorm, h, dx, dw, backend.View{}, dy, x, w, backend.View{}, rstd)
+}
+
+// LayerNorm writes y = (x−mean)·rstd·w + b per row of x (N, C), saving mean
+// and rstd (N) where their Buf is not nil. w and b may have a nil Buf. x,
+// y, w and b may be 16-bit (see the file comment).
+func (b *Backend) LayerNorm(y, mean, rstd, x, w, bias backend.View, eps float64) {
+	h := normCheckDTypes(kLayerNorm, []namedView{{"mean", mean}, {"rstd", rstd}},
+		[]namedView{{"y", y}, {"x", x}, {"w", w}, {"b", bias}},
+		[]namedView{{"w", w}, {"b", bias}})
+	b.normForward(&layerNorm, h, y, mean, rstd, x, w, bias, eps)
 }
 
 // LayerNormBackward writes dx (N, C), and dw, db (C) where their Buf is not
 // nil, from dy, x, w (nil Buf: no affine) and the saved mean and rstd. dx
 // has x's dtype, dw and db w's; 16-bit views as in the file comment.
 func (b *Backend) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd backend.View) {
-	h := normCheckDTypes(kLayerNormBack, []normArg{{"mean", mean}, {"rstd", rstd}},
-		[]normArg{{"dx", dx}, {"dw", dw}, {"db", db}, {"dy", dy}, {"x", x}, {"w", w}},
-		[]normArg{{"x", x}, {"dx", dx}}, []normArg{{"w", w}, {"dw", dw}, {"db", db}})
-	n, c := normDims(kLayerNormBack, x, dx, dw, db, dy, w, mean, rstd)
-	if c == 0 {
-		return
-	}
-	checkCount(kLayerNormBack, n*c)
-	if n > 0 && dx.Buf != nil {
-		p := normParams{Rows: uint32(n), Cols: uint32(c)}
-		kernel, dts := normRowKernel(h, func(k normNames) string { return k.layerBack }, normIsHalf(x), normIsHalf(dy), normIsHalf(w))
-		b.runNormRows(kernel, kernel, n, c, append([]driver.Constant{cBool(1, w.Buf != nil)}, dts...),
-			b.arg(dx), b.arg(dy), b.arg(x), b.arg(w), b.arg(mean), b.arg(rstd), bytesArg(p))
-	}
-	b.normParamGrads(kLayerNormBack, h, true, dw, db, dy, x, mean, rstd, n, c)
+	h := normCheckDTypes(kLayerNormBack, []namedView{{"mean", mean}, {"rstd", rstd}},
+		[]namedView{{"dx", dx}, {"dw", dw}, {"db", db}, {"dy", dy}, {"x", x}, {"w", w}},
+		[]namedView{{"x", x}, {"dx", dx}}, []namedView{{"w", w}, {"dw", dw}, {"db", db}})
+	b.normBackward(&layerNorm, h, dx, dw, db, dy, x, w, mean, rstd)
 }

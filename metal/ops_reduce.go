@@ -11,33 +11,31 @@ import (
 	"fmt"
 
 	"github.com/forgeml/forge/forge/backend"
-	"github.com/forgeml/forge/kernels"
 )
 
 var (
 	// kReduceBy[src] is the reduce kernel with a 32-bit dst (float32
-	// values or int32 indices); kReduceTo16[src] the one whose dst has
-	// src's 16-bit dtype (values only).
-	kReduceBy = byDType{
-		backend.Float32:  kernels.Name("reduce", "f32"),
-		backend.Float16:  kernels.Name("reduce", "f16", "f32"),
-		backend.BFloat16: kernels.Name("reduce", "bf16", "f32"),
-	}
-	kReduceTo16 = byDType{
-		backend.Float16:  kernels.Name("reduce", "f16"),
-		backend.BFloat16: kernels.Name("reduce", "bf16"),
-	}
+	// values or int32 indices); kReduceSameBy[src] the one whose dst has
+	// src's dtype (values only; the same kernel for float32).
+	kReduceBy      = namesByDTypeTo(backend.Float32, "reduce")
+	kReduceSameBy  = namesByDType("reduce")
 	kSoftmaxBy     = namesByDType("softmax")
 	kSoftmaxBackBy = namesByDType("softmax", "backward")
+
+	// The ops' names in panics: their float32 kernels.
+	kReduce      = kReduceBy[backend.Float32]
+	kSoftmax     = kSoftmaxBy[backend.Float32]
+	kSoftmaxBack = kSoftmaxBackBy[backend.Float32]
+
+	// Dispatch labels: "reduce_f16_f32.argmax", "softmax_f32.log", ….
+	reduceLabels         = opLabels(kReduceBy, backend.ReduceArgMin)
+	reduceSameLabels     = opLabels(kReduceSameBy, backend.ReduceArgMin)
+	softmaxLogLabels     = withSuffix(kSoftmaxBy, ".log")
+	softmaxBackLogLabels = withSuffix(kSoftmaxBackBy, ".log")
 )
 
 // reduceKernels lists the kernels of this file (for the tests).
-var reduceKernels = []string{
-	kReduceBy[backend.Float32], kReduceBy[backend.Float16], kReduceBy[backend.BFloat16],
-	kReduceTo16[backend.Float16], kReduceTo16[backend.BFloat16],
-	kSoftmaxBy[backend.Float32], kSoftmaxBy[backend.Float16], kSoftmaxBy[backend.BFloat16],
-	kSoftmaxBackBy[backend.Float32], kSoftmaxBackBy[backend.Float16], kSoftmaxBackBy[backend.BFloat16],
-}
+var reduceKernels = allNames(kReduceBy, kReduceSameBy, kSoftmaxBy, kSoftmaxBackBy)
 
 // reduceParams mirrors ReduceParams in kernels/reduce.metal.
 type reduceParams struct {
@@ -85,7 +83,7 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 	}
 	checkKernelDType(kReduce, floatTypes, src)
 	sdt := src.DType()
-	kernel := kReduceBy[sdt]
+	kernel, labels := kReduceBy[sdt], reduceLabels[sdt]
 	switch op {
 	case backend.ReduceArgMax, backend.ReduceArgMin:
 		if dst.DType() != backend.Int32 {
@@ -95,7 +93,7 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 		checkKernelDType(kernel, floatTypes, dst)
 		switch ddt := dst.DType(); {
 		case ddt == sdt && sdt.IsHalf():
-			kernel = kReduceTo16[sdt]
+			kernel, labels = kReduceSameBy[sdt], reduceSameLabels[sdt]
 		case ddt != sdt && ddt != backend.Float32:
 			want := sdt.String()
 			if sdt.IsHalf() {
@@ -136,13 +134,11 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 	kl.dimsArgs(kernel, &p.KShape, &p.KStrides)
 	rl.dimsArgs(kernel, &p.RShape, &p.RStrides)
 	key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(rl.shape) == 1))
-	pipe := b.pipelineFor(key)
 	most := 256
 	if nout < 64 {
 		most = 1024 // few outputs: more threads per output
 	}
-	t := rowThreads(nr, most, pipe.MaxThreads(), pipe.SIMDWidth())
-	b.run(kernel+"."+op.String(), key, rowGrid(nout), [3]int{t, 1, 1},
+	b.run(labels[op], key, rowGrid(nout), [3]int{b.rowThreadsFor(key, nr, most), 1, 1},
 		b.arg(dst), b.arg(backend.View{Buf: src.Buf, Offset: src.Offset}), bytesArg(p))
 }
 
@@ -151,60 +147,42 @@ type softmaxParams struct {
 	Rows, Cols uint32
 }
 
-// softmaxRows views a contiguous tensor as rows of its last axis.
-func softmaxRows(v backend.View) (rows, cols int) {
-	cols = 1
-	if len(v.Shape) > 0 {
-		cols = v.Shape[len(v.Shape)-1]
-	}
-	if cols == 0 {
-		return 0, 0
-	}
-	return v.Numel() / cols, cols
-}
-
 // Softmax writes y = softmax(x) (log-softmax if log) over the last axis;
 // x and y contiguous, both float32, float16 or bfloat16 (16-bit: float32
 // math, y rounded once).
 func (b *Backend) Softmax(y, x backend.View, log bool) {
-	checkKernelDType(kSoftmax, floatTypes, y, x)
-	sameDType(kSoftmax, y, x)
-	kernel := kSoftmaxBy[x.DType()]
-	rows, cols := softmaxRows(x)
-	if rows == 0 {
-		return
-	}
-	checkCount(kernel, rows*cols)
-	key := pkey(kernel, cBool(0, log))
-	pipe := b.pipelineFor(key)
-	t := rowThreads(cols, 256, pipe.MaxThreads(), pipe.SIMDWidth())
-	label := kernel
-	if log {
-		label += ".log"
-	}
-	b.run(label, key, rowGrid(rows), [3]int{t, 1, 1},
-		b.arg(y), b.arg(x), bytesArg(softmaxParams{uint32(rows), uint32(cols)}))
+	dt := floatDType(kSoftmax, y, x)
+	b.softmax(&kSoftmaxBy, &softmaxLogLabels, dt, log, x, y, x)
 }
 
 // SoftmaxBackward writes dx from the forward output y and dy; contiguous,
 // all float32, float16 or bfloat16 (16-bit: float32 math, dx rounded
 // once).
 func (b *Backend) SoftmaxBackward(dx, y, dy backend.View, log bool) {
-	checkKernelDType(kSoftmaxBack, floatTypes, dx, y, dy)
-	sameDType(kSoftmaxBack, dx, y, dy)
-	kernel := kSoftmaxBackBy[y.DType()]
-	rows, cols := softmaxRows(y)
-	if rows == 0 {
+	dt := floatDType(kSoftmaxBack, dx, y, dy)
+	b.softmax(&kSoftmaxBackBy, &softmaxBackLogLabels, dt, log, y, dx, y, dy)
+}
+
+// softmax launches kernel names[dt] (labelled logLabels[dt] if log) over
+// the rows of the last axis of rows, one threadgroup per row, binding
+// views (at most 3) and the row sizes.
+func (b *Backend) softmax(names, logLabels *byDType, dt backend.DType, log bool, rows backend.View, views ...backend.View) {
+	kernel := names[dt]
+	n, cols := lastAxisRows(rows)
+	if n == 0 {
 		return
 	}
-	checkCount(kernel, rows*cols)
-	key := pkey(kernel, cBool(0, log))
-	pipe := b.pipelineFor(key)
-	t := rowThreads(cols, 256, pipe.MaxThreads(), pipe.SIMDWidth())
+	checkCount(kernel, n*cols)
 	label := kernel
 	if log {
-		label += ".log"
+		label = logLabels[dt]
 	}
-	b.run(label, key, rowGrid(rows), [3]int{t, 1, 1},
-		b.arg(dx), b.arg(y), b.arg(dy), bytesArg(softmaxParams{uint32(rows), uint32(cols)}))
+	key := pkey(kernel, cBool(0, log))
+	t := b.rowThreadsFor(key, cols, 256)
+	var args [4]kernelArg
+	for i, v := range views {
+		args[i] = b.arg(v)
+	}
+	args[len(views)] = bytesArg(softmaxParams{uint32(n), uint32(cols)})
+	b.run(label, key, rowGrid(n), [3]int{t, 1, 1}, args[:len(views)+1]...)
 }

@@ -19,12 +19,12 @@ import (
 	"sync"
 
 	"github.com/forgeml/forge/forge/backend"
-	"github.com/forgeml/forge/kernels"
 )
 
 var (
-	kRoPE   = kernels.Name("rope", "f32")
-	kRoPEBy = namesByDType("rope")
+	kRoPEBy           = namesByDType("rope")
+	kRoPE             = kRoPEBy[backend.Float32] // the op's name in panics
+	ropeInverseLabels = withSuffix(kRoPEBy, ".inverse")
 )
 
 // ropeParams mirrors RopeParams in kernels/rope.metal.
@@ -164,9 +164,8 @@ func (b *Backend) RoPEStrided(y, x backend.View, pos0 int, theta float64, invers
 var _ backend.StridedRoPE = (*Backend)(nil)
 
 func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool) {
-	checkKernelDType(kRoPE, floatTypes, y, x)
-	sameDType(kRoPE, y, x)
-	kernel := kRoPEBy[x.DType()]
+	dt := floatDType(kRoPE, y, x)
+	kernel := kRoPEBy[dt]
 	if !y.IsContiguous() {
 		panic(fmt.Sprintf("metal: %s: y %v with strides %v is not contiguous", kernel, y.Shape, y.Strides))
 	}
@@ -214,12 +213,10 @@ func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool)
 	defer ropeTables.Unlock()
 	tb := b.ropeTableFor(d, theta, pos0, pos0+t)
 	p.P0 = uint32(pos0 - tb.start)
-	key := pkey(kernel, cBool(0, len(l.shape) == 1))
-	groups, threads := b.ewGrid(key, n/2)
 	label := kernel
 	if inverse {
-		label += ".inverse"
+		label = ropeInverseLabels[dt]
 	}
-	b.run(label, key, groups, threads, b.arg(y), b.arg(backend.View{Buf: x.Buf, Offset: x.Offset}),
+	b.runEW(label, pkey(kernel, cBool(0, len(l.shape) == 1)), n/2, b.arg(y), b.arg(backend.View{Buf: x.Buf, Offset: x.Offset}),
 		b.arg(backend.View{Buf: tb.buf}), bytesArg(p))
 }

@@ -7,7 +7,8 @@ package metal
 //
 // Formatting the key costs more than the rest of an encode, so lookups go
 // first through an index keyed by the key's fields (kernels with at most
-// fastConsts constants); the text is built only on a miss.
+// fastConsts constants: pkey refuses more, so every op's key is indexed);
+// the text is built only on a miss.
 
 import (
 	"fmt"
@@ -20,7 +21,10 @@ type pipeEntry struct {
 	err error
 }
 
-const fastConsts = 6
+// fastConsts is the most function constants a key of the fast index has.
+// The largest sets the ops build have 6 (matmul, 16-bit layer_norm); a
+// kernel that needs more than fastConsts makes pkey panic: raise it then.
+const fastConsts = 8
 
 // fastKey is a comparable copy of a PipelineKey with few constants.
 type fastKey struct {
