@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -45,15 +44,7 @@ import (
 // differences. The gradient norm, a sum over all elements, is held to
 // the same bound.
 func TestAMPMatchesCPU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains on the emulator")
-	}
-	dev := openTestDevice(t)
-	mb := dev.Backend().(*Backend)
-	cpuDev, err := forge.OpenDevice("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, mb, cpuDev := trainDevices(t)
 	const steps = 8
 	ref := trainConfig(1)
 	want, _, _, err := trainRun(cpuDev, ref, steps)
@@ -116,11 +107,7 @@ func TestAMPMatchesCPU(t *testing.T) {
 // must give the records of the uninterrupted run bit for bit, the scale
 // and its count of good steps included.
 func TestAMPLossScale(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains on the emulator")
-	}
-	dev := openTestDevice(t)
-	mb := dev.Backend().(*Backend)
+	dev, mb, _ := trainDevices(t)
 	cfg := trainConfig(1)
 	cfg.Precision = "float16"
 	cfg.LossScale = 0x1p26
@@ -164,9 +151,7 @@ func TestAMPLossScale(t *testing.T) {
 	}
 
 	// Resume: 7 steps, save, reopen, 5 steps == 12 steps in one go.
-	prev := forge.DefaultDevice()
-	forge.SetDefaultDevice(dev)
-	defer forge.SetDefaultDevice(prev)
+	useDevice(t, dev)
 	cfg.Batch = 4
 	text := strings.Repeat("the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. ", 40)
 	run := func(dir string, parts ...int) []train.Metrics {
@@ -223,27 +208,14 @@ func TestAMPLossScale(t *testing.T) {
 // each is seen — while the loss and the parameters' gradients stay
 // float32.
 func TestAMPActivations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains on the emulator")
-	}
-	dev := openTestDevice(t)
-	mb := dev.Backend().(*Backend)
-	prev := forge.DefaultDevice()
-	forge.SetDefaultDevice(dev)
-	defer forge.SetDefaultDevice(prev)
+	dev, mb, _ := trainDevices(t)
+	useDevice(t, dev)
 	cfg := trainConfig(1)
 	cfg.Precision = "bfloat16"
 	var p *profile.Profile
 	var tr *train.Trainer
 	err := forge.Try(func() {
-		m, err := gpt.New(cfg.Model, cfg.Seed)
-		if err != nil {
-			panic(err)
-		}
-		src := &seqBatches{rng: rand.New(rand.NewPCG(cfg.Seed, 11)), vocab: cfg.Model.Vocab, b: cfg.Batch, tt: cfg.Model.Context}
-		if tr, err = train.NewTrainer(cfg, m, src, nil); err != nil {
-			panic(err)
-		}
+		_, tr = newTrainer(cfg)
 		p = profile.Run(func() { tr.Step() })
 	})
 	if err != nil {
@@ -280,15 +252,7 @@ func TestAMPActivations(t *testing.T) {
 // KV cache: biases (float32 parameters) meet 16-bit activations in every
 // layer there.
 func TestAMPArchitectures(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains on the emulator")
-	}
-	dev := openTestDevice(t)
-	mb := dev.Backend().(*Backend)
-	cpuDev, err := forge.OpenDevice("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, mb, cpuDev := trainDevices(t)
 	const steps, u = 3, 0x1p-8
 	for _, arch := range []struct {
 		name string
@@ -316,9 +280,7 @@ func TestAMPArchitectures(t *testing.T) {
 					t.Errorf("step %d: loss %.6f, float32 cpu %.6f (rel %.1e > %.1e)", i+1, got[i].Loss, want[i].Loss, rel, 4*u)
 				}
 			}
-			prev := forge.DefaultDevice()
-			forge.SetDefaultDevice(dev)
-			defer forge.SetDefaultDevice(prev)
+			useDevice(t, dev)
 			err = forge.Try(func() {
 				m, err := gpt.New(cfg.Model, cfg.Seed)
 				if err != nil {

@@ -13,7 +13,7 @@ package metal
 // (float32 scores, statistics, P, dS and accumulators; P and dS are not
 // rounded to the 16-bit type), rounding each output element once at the
 // store. So, for inputs x16 and their float32 twin x32 (the same values
-// widened):
+// widened), check16 (ops_half_test.go) checks:
 //
 //  1. exact: on the emulator, every 16-bit output is bit for bit the
 //     device's float32 kernel result on x32 rounded once (forge/half), and
@@ -40,8 +40,6 @@ package metal
 
 import (
 	"fmt"
-	"math"
-	"strings"
 	"testing"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -78,109 +76,13 @@ func (e *opsEnv) attnHalfData(c attnCase, dt backend.DType) *attnHalfData {
 
 func attnFillGen(int) float64 { return attnFill }
 
-// attnHalfWorst are the worst results of the checks over some outputs:
-// |g − w| as a share of the bound, in units of ulp16, and relative to
-// max(1, |w|); and the elements that differ from the float32 kernel's
-// result rounded (0 when exact).
-type attnHalfWorst struct {
-	ofBound, ulps, rel float64
-	inexact            int
-}
-
-func (w *attnHalfWorst) add(o attnHalfWorst) {
-	w.ofBound, w.ulps, w.rel = max(w.ofBound, o.ofBound), max(w.ulps, o.ulps), max(w.rel, o.rel)
-	w.inexact += o.inexact
-}
-
-func (w attnHalfWorst) String() string {
-	return fmt.Sprintf("worst %.3f of the bound, %.2f ulp16, %.1e relative; %d elements not the float32 kernel's rounded",
-		w.ofBound, w.ulps, w.rel, w.inexact)
-}
-
-// attnExact reports whether the exact check (1) is required: on the
-// emulator.
-func (e *opsEnv) attnExact() bool {
-	_, ok := e.dev.Driver().(*emu.Driver)
-	return ok
-}
-
-// checkHalf checks the 16-bit output d16 (its device buffer) against the
-// float32 twin d32: d32.dev holds the device's float32 kernel result (the
-// exact check) and d32.ref the CPU's (the bound). Whole buffers are
-// compared: elements outside the view must keep the fill on all three.
-func (e *opsEnv) checkHalf(what string, d16, d32 pair) (w attnHalfWorst) {
-	e.t.Helper()
-	got := make([]uint16, d16.n)
-	e.dev.Read(d16.dev.Buf, got)
-	dev32, cpu32 := make([]float32, d32.n), make([]float32, d32.n)
-	e.dev.Read(d32.dev.Buf, dev32)
-	e.ref.Read(d32.ref.Buf, cpu32)
-	badExact, badBound := -1, -1
-	for i := range got {
-		if got[i] != narrow16(d16.dt, dev32[i]) {
-			w.inexact++
-			if badExact < 0 {
-				badExact = i
-			}
-		}
-		g, r := float64(widen16(d16.dt, got[i])), float64(cpu32[i])
-		d := math.Abs(g - r)
-		if math.IsNaN(d) || math.IsInf(d, 0) {
-			d = math.Inf(1)
-		}
-		u := ulp16(d16.dt, max(math.Abs(g), math.Abs(r)))
-		bound := u/2 + attnTol*max(1, math.Abs(r))
-		w.ofBound = max(w.ofBound, d/bound)
-		w.ulps = max(w.ulps, d/u)
-		w.rel = max(w.rel, d/max(1, math.Abs(r)))
-		if d > bound && badBound < 0 {
-			badBound = i
-		}
-	}
-	if badBound >= 0 {
-		i := badBound
-		e.t.Errorf("%s: element %d: %g (%#04x), the CPU's float32 result is %.9g: beyond ulp16/2 + %.0e·max(1, |w|) (worst %.1f times the bound)",
-			what, i, widen16(d16.dt, got[i]), got[i], cpu32[i], attnTol, w.ofBound)
-	}
-	if badExact >= 0 {
-		i := badExact
-		msg := fmt.Sprintf("%s: %d elements are not the float32 kernel's result rounded once; first %d: %#04x, float32 kernel %.9g (rounds to %#04x)",
-			what, w.inexact, i, got[i], dev32[i], narrow16(d16.dt, dev32[i]))
-		if e.attnExact() {
-			e.t.Error(msg)
-		} else {
-			e.t.Log(msg)
-		}
-	}
-	return w
-}
-
-// checkLSE checks lse from the 16-bit call (lseH, float32) bit for bit
-// against the float32 kernel's (lse32.dev) and within attnTol of the
-// CPU's (lse32.ref).
-func (e *opsEnv) checkLSE(what string, lseH, lse32 pair) float64 {
-	e.t.Helper()
-	got, dev32 := make([]float32, lseH.n), make([]float32, lse32.n)
-	e.dev.Read(lseH.dev.Buf, got)
-	e.dev.Read(lse32.dev.Buf, dev32)
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(dev32[i]) {
-			msg := fmt.Sprintf("%s: element %d: %.9g, the float32 kernel's is %.9g", what, i, got[i], dev32[i])
-			if e.attnExact() {
-				e.t.Error(msg)
-			} else {
-				e.t.Log(msg)
-			}
-			break
-		}
-	}
-	return e.compare(what, pair{dev: lseH.dev, ref: lse32.ref, dt: backend.Float32, n: lseH.n}, attnTol)
-}
+// tolAttn is the float32 attention tests' tolerance, attnTol·max(1, |w|).
+var tolAttn = tolScaled(attnTol)
 
 // runAttnHalfCase runs one case's forward and backward at dtype dt and
-// checks them; it returns the worst results over out, dq, dk, dv and the
-// worst lse difference.
-func (e *opsEnv) runAttnHalfCase(c attnCase, dt backend.DType) (w attnHalfWorst, lseErr float64) {
+// checks them (check16); it returns the worst results over out, dq, dk,
+// dv, and lse's.
+func (e *opsEnv) runAttnHalfCase(c attnCase, dt backend.DType) (w, lseW halfWorst) {
 	e.t.Helper()
 	a := e.attnHalfData(c, dt)
 	p := c.params()
@@ -193,8 +95,8 @@ func (e *opsEnv) runAttnHalfCase(c attnCase, dt backend.DType) (w attnHalfWorst,
 	e.dev.Attention(out16.dev, lseH.dev, a.q16.dev, a.k16.dev, a.v16.dev, p)
 	e.dev.Attention(out32.dev, lse32.dev, a.q32.dev, a.k32.dev, a.v32.dev, p)
 	e.ref.Attention(out32.ref, lse32.ref, a.q32.ref, a.k32.ref, a.v32.ref, p)
-	w.add(e.checkHalf(name+": out", out16, out32))
-	lseErr = e.checkLSE(name+": lse", lseH, lse32)
+	w.add(e.check16(name+": out", out16, out32, tolAttn))
+	lseW = e.check16(name+": lse", lseH, lse32, tolAttn)
 
 	// Backward from the CPU's forward: out rounded to dt, lse as it is.
 	cpuOut := make([]float32, out32.n)
@@ -210,10 +112,10 @@ func (e *opsEnv) runAttnHalfCase(c attnCase, dt backend.DType) (w attnHalfWorst,
 	e.dev.AttentionBackward(dq16.dev, dk16.dev, dv16.dev, a.q16.dev, a.k16.dev, a.v16.dev, outB16.dev, lseB.dev, a.g16.dev, p)
 	e.dev.AttentionBackward(dq32.dev, dk32.dev, dv32.dev, a.q32.dev, a.k32.dev, a.v32.dev, outB32.dev, lseB.dev, a.g32.dev, p)
 	e.ref.AttentionBackward(dq32.ref, dk32.ref, dv32.ref, a.q32.ref, a.k32.ref, a.v32.ref, outB32.ref, lseB.ref, a.g32.ref, p)
-	w.add(e.checkHalf(name+": dq", dq16, dq32))
-	w.add(e.checkHalf(name+": dk", dk16, dk32))
-	w.add(e.checkHalf(name+": dv", dv16, dv32))
-	return w, lseErr
+	w.add(e.check16(name+": dq", dq16, dq32, tolAttn))
+	w.add(e.check16(name+": dk", dk16, dk32, tolAttn))
+	w.add(e.check16(name+": dv", dv16, dv32, tolAttn))
+	return w, lseW
 }
 
 // attnHalfCases are the 16-bit cases: head dims 32, 64, 96 and 128 (the
@@ -248,15 +150,14 @@ var attnHalfCases = []attnCase{
 func TestAttentionHalf(t *testing.T) {
 	e := newAttnEnv(t)
 	for _, dt := range halfTypes {
-		var worst attnHalfWorst
-		lseWorst := 0.0
+		var worst, lseWorst halfWorst
 		for _, c := range attnHalfCases {
 			w, l := e.runAttnHalfCase(c, dt)
 			worst.add(w)
-			lseWorst = max(lseWorst, l)
-			t.Logf("%-9v %-40s %v; lse %.1e", dt, c, w, l)
+			lseWorst.add(l)
+			t.Logf("%-9v %-40s %v; lse %v", dt, c, w, l)
 		}
-		t.Logf("%v: out, dq, dk, dv %v; lse worst %.1e", dt, worst, lseWorst)
+		t.Logf("%v: out, dq, dk, dv %v; lse %v", dt, worst, lseWorst)
 	}
 }
 
@@ -273,7 +174,7 @@ func TestAttentionHalfReference(t *testing.T) {
 			{B: 1, H: 2, Hkv: 2, Tq: 1, Tk: 9, D: 32},
 		} {
 			w, l := e.runAttnHalfCase(c, dt)
-			t.Logf("%-9v %-40s reference kernels: %v; lse %.1e", dt, c, w, l)
+			t.Logf("%-9v %-40s reference kernels: %v; lse %v", dt, c, w, l)
 		}
 	}
 }
@@ -291,7 +192,7 @@ func TestAttentionHalfBatchSplit(t *testing.T) {
 			{B: 3, H: 4, Hkv: 2, Tq: 3, Tk: 17, D: 72, causal: true, strided: true},
 		} {
 			w, l := e.runAttnHalfCase(c, dt)
-			t.Logf("%-9v %-40s chunks of 2: %v; lse %.1e", dt, c, w, l)
+			t.Logf("%-9v %-40s chunks of 2: %v; lse %v", dt, c, w, l)
 		}
 	}
 }
@@ -329,30 +230,12 @@ func TestAttentionHalfSchedules(t *testing.T) {
 		c := r.c
 		a := e.attnHalfData(c, r.dt)
 		data[i] = a
-		out, _ := e.newPair16(r.dt, a.outSpec, attnFillGen)
+		out := e.newPair(r.dt, a.outSpec, attnFillGen)
 		lse := e.newPair(backend.Float32, contig(c.B, c.H, c.Tq), attnFillGen)
-		dq, _ := e.newPair16(r.dt, contig(c.B, c.H, c.Tq, c.D), attnFillGen)
-		dk, _ := e.newPair16(r.dt, contig(c.B, c.Hkv, c.Tk, c.D), attnFillGen)
-		dv, _ := e.newPair16(r.dt, contig(c.B, c.Hkv, c.Tk, c.D), attnFillGen)
+		dq := e.newPair(r.dt, contig(c.B, c.H, c.Tq, c.D), attnFillGen)
+		dk := e.newPair(r.dt, contig(c.B, c.Hkv, c.Tk, c.D), attnFillGen)
+		dv := e.newPair(r.dt, contig(c.B, c.Hkv, c.Tk, c.D), attnFillGen)
 		outs[i] = [5]pair{out, lse, dq, dk, dv}
-	}
-	readBits := func(p pair) []uint32 {
-		if p.dt == backend.Float32 {
-			h := make([]float32, p.n)
-			e.dev.Read(p.dev.Buf, h)
-			b := make([]uint32, p.n)
-			for j, v := range h {
-				b[j] = math.Float32bits(v)
-			}
-			return b
-		}
-		h := make([]uint16, p.n)
-		e.dev.Read(p.dev.Buf, h)
-		b := make([]uint32, p.n)
-		for j, v := range h {
-			b[j] = uint32(v)
-		}
-		return b
 	}
 	runAll := func() [][]uint32 {
 		var res [][]uint32
@@ -363,7 +246,7 @@ func TestAttentionHalfSchedules(t *testing.T) {
 			e.dev.Attention(o[0].dev, o[1].dev, a.q16.dev, a.k16.dev, a.v16.dev, p)
 			e.dev.AttentionBackward(o[2].dev, o[3].dev, o[4].dev, a.q16.dev, a.k16.dev, a.v16.dev, o[0].dev, o[1].dev, a.g16.dev, p)
 			for _, x := range o {
-				res = append(res, readBits(x))
+				res = append(res, readBits(e.dev, x.dev.Buf, x.n))
 			}
 		}
 		return res
@@ -383,10 +266,10 @@ func TestAttentionHalfErrors(t *testing.T) {
 	bf := e.attnHalfData(c, backend.BFloat16)
 	out16, out32 := e.newPair16(backend.Float16, h.outSpec, attnFillGen)
 	lse := e.newPair(backend.Float32, contig(1, 2, 4), attnFillGen)
-	lse16, _ := e.newPair16(backend.Float16, contig(1, 2, 4), attnFillGen)
+	lse16 := e.newPair(backend.Float16, contig(1, 2, 4), attnFillGen)
 	i32 := e.newPair(backend.Int32, contig(1, 2, 4, 8), attnFillGen)
-	dq, _ := e.newPair16(backend.Float16, contig(1, 2, 4, 8), attnFillGen)
-	dk, _ := e.newPair16(backend.Float16, contig(1, 1, 4, 8), attnFillGen)
+	dq := e.newPair(backend.Float16, contig(1, 2, 4, 8), attnFillGen)
+	dk := e.newPair(backend.Float16, contig(1, 1, 4, 8), attnFillGen)
 	dv32 := e.newPair(backend.Float32, contig(1, 1, 4, 8), attnFillGen)
 	p := c.params()
 	for name, tc := range map[string]struct {
@@ -408,18 +291,16 @@ func TestAttentionHalfErrors(t *testing.T) {
 			e.dev.AttentionBackward(dq.dev, dk.dev, dk.dev, h.q16.dev, h.k16.dev, h.v16.dev, out16.dev, lse.dev, bf.g16.dev, p)
 		}, "dout bfloat16, lse float32"},
 	} {
-		if msg := opsPanic(tc.fn); !strings.Contains(msg, tc.want) {
-			t.Errorf("%s: panic %q, want it to contain %q", name, msg, tc.want)
-		}
+		wantPanic(t, name, tc.fn, "", tc.want)
 	}
 
 	for d, want := range map[int]int{8: 32, 24: 32, 32: 32, 40: 64, 64: 64, 72: 96, 80: 96, 96: 96, 104: 128, 128: 128} {
 		for _, dt := range halfTypes {
-			if got, w := attnFastT(dt, "bwd_dkv", d), fmt.Sprintf("attention_bwd_dkv_d%d_%s", want, dtypeTag(dt)); got != w {
+			if got, w := kAttnFastBy[attnDKV][d/8][dt], fmt.Sprintf("attention_bwd_dkv_d%d_%s", want, dtypeTag(dt)); got != w {
 				t.Errorf("head dim %d %v: kernel %s, want %s", d, dt, got, w)
 			}
 		}
-		if got, w := attnFastT(backend.Float32, "fwd", d), fmt.Sprintf("attention_fwd_d%d_f32", d); got != w {
+		if got, w := kAttnFastBy[attnFwd][d/8][backend.Float32], fmt.Sprintf("attention_fwd_d%d_f32", d); got != w {
 			t.Errorf("head dim %d float32: kernel %s, want %s", d, got, w)
 		}
 	}
@@ -430,10 +311,11 @@ func TestAttentionHalfErrors(t *testing.T) {
 	}
 	var names []string
 	for _, dt := range halfTypes {
-		names = append(names, kAttnDeltaT[dt], kAttnNaiveFwdT[dt], kAttnNaiveDQT[dt], kAttnNaiveDKVT[dt])
-		for d := 8; d <= attnMaxFastD; d += 8 {
-			for _, part := range attnParts {
-				names = append(names, attnFastT(dt, part, d))
+		names = append(names, kAttnDeltaBy[dt])
+		for part := range attnNParts {
+			names = append(names, kAttnNaiveBy[part][dt])
+			for d := 8; d <= attnMaxFastD; d += 8 {
+				names = append(names, kAttnFastBy[part][d/8][dt])
 			}
 		}
 	}

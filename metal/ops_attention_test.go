@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,25 +238,26 @@ func attnCases(fast bool) []attnCase {
 	return cs
 }
 
-func TestAttentionFast(t *testing.T) {
-	e := newAttnEnv(t)
-	var worst attnErrs
-	for _, c := range attnCases(true) {
+// runAttnCases runs the cases (runAttnCase) and returns their worst
+// errors, logging each.
+func (e *opsEnv) runAttnCases(cases []attnCase) (worst attnErrs) {
+	e.t.Helper()
+	for _, c := range cases {
 		errs, fwd, bwd := e.runAttnCase(c, 1)
 		worst.max(errs)
-		t.Logf("%-40s fwd %8v bwd %8v  %v", c, fwd.Round(time.Microsecond), bwd.Round(time.Microsecond), errs)
+		e.t.Logf("%-40s fwd %8v bwd %8v  %v", c, fwd.Round(time.Microsecond), bwd.Round(time.Microsecond), errs)
 	}
-	t.Logf("fast path, max scaled diff vs cpu: %v", worst)
+	return worst
+}
+
+func TestAttentionFast(t *testing.T) {
+	e := newAttnEnv(t)
+	t.Logf("fast path, max scaled diff vs cpu: %v", e.runAttnCases(attnCases(true)))
 }
 
 func TestAttentionReference(t *testing.T) {
 	e := newAttnEnv(t)
-	var worst attnErrs
-	for _, c := range attnCases(false) {
-		errs, fwd, bwd := e.runAttnCase(c, 1)
-		worst.max(errs)
-		t.Logf("%-40s fwd %8v bwd %8v  %v", c, fwd.Round(time.Microsecond), bwd.Round(time.Microsecond), errs)
-	}
+	worst := e.runAttnCases(attnCases(false))
 	// D = 0: lse = log(keys seen), nothing else to write.
 	for _, c := range []attnCase{{B: 1, H: 2, Hkv: 1, Tq: 5, Tk: 5, causal: true}, {B: 1, H: 1, Hkv: 1, Tq: 3, Tk: 4}} {
 		errs, _, _ := e.runAttnCase(c, 1)
@@ -503,13 +503,7 @@ func TestAttentionSchedules(t *testing.T) {
 			e.dev.Attention(a.out.dev, a.lse.dev, a.q.dev, a.k.dev, a.v.dev, p)
 			e.dev.AttentionBackward(a.dq.dev, a.dk.dev, a.dv.dev, a.q.dev, a.k.dev, a.v.dev, a.out.dev, a.lse.dev, a.dout.dev, p)
 			for _, x := range []pair{a.out, a.lse, a.dq, a.dk, a.dv} {
-				h := make([]float32, x.n)
-				e.dev.Read(x.dev.Buf, h)
-				bits := make([]uint32, len(h))
-				for j, v := range h {
-					bits[j] = math.Float32bits(v)
-				}
-				outs = append(outs, bits)
+				outs = append(outs, readBits(e.dev, x.dev.Buf, x.n))
 			}
 		}
 		return outs
@@ -521,17 +515,12 @@ func TestAttentionSchedules(t *testing.T) {
 // layouts panic naming the operand, and every kernel the ops launch is
 // defined in the sources.
 func TestAttentionErrors(t *testing.T) {
-	f64 := backend.View{Buf: f64Buf{}, Shape: []int{2}, Strides: []int{1}}
-	b := &Backend{}
-	for name, fn := range map[string]func(){
-		kAttention:     func() { b.Attention(f64, f64, f64, f64, f64, backend.AttentionParams{}) },
-		kAttentionBack: func() { b.AttentionBackward(f64, f64, f64, f64, f64, f64, f64, f64, f64, backend.AttentionParams{}) },
-	} {
-		msg := opsPanic(fn)
-		if want := "metal: " + name + ": float64 is not supported"; !strings.HasPrefix(msg, want) {
-			t.Errorf("%s on float64: panic %q, want it to start %q", name, msg, want)
+	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
+		return map[string]func(){
+			kAttention:     func() { b.Attention(f64, f64, f64, f64, f64, backend.AttentionParams{}) },
+			kAttentionBack: func() { b.AttentionBackward(f64, f64, f64, f64, f64, f64, f64, f64, f64, backend.AttentionParams{}) },
 		}
-	}
+	})
 
 	e := newAttnEnv(t)
 	c := attnCase{B: 1, H: 2, Hkv: 1, Tq: 4, Tk: 4, D: 8}
@@ -554,18 +543,19 @@ func TestAttentionErrors(t *testing.T) {
 			e.dev.Attention(a.out.dev, a.lse.dev, a.k.dev, a.q.dev, a.q.dev, c.params())
 		}, "1 query heads are not a multiple of 2 kv heads"},
 	} {
-		if msg := opsPanic(tc.fn); !strings.Contains(msg, tc.want) {
-			t.Errorf("%s: panic %q, want it to contain %q", name, msg, tc.want)
-		}
+		wantPanic(t, name, tc.fn, "", tc.want)
 	}
 
 	idx, err := kernelIndex(kernels.Sources())
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{kAttnDelta, kAttnNaiveFwd, kAttnNaiveDQ, kAttnNaiveDKV}
-	for d := 8; d <= attnMaxFastD; d += 8 {
-		names = append(names, attnFast("fwd", d), attnFast("bwd_dq", d), attnFast("bwd_dkv", d))
+	names := []string{kAttnDeltaBy[backend.Float32]}
+	for part := range attnNParts {
+		names = append(names, kAttnNaiveBy[part][backend.Float32])
+		for d := 8; d <= attnMaxFastD; d += 8 {
+			names = append(names, kAttnFastBy[part][d/8][backend.Float32])
+		}
 	}
 	for _, k := range names {
 		if idx[k] != "attention.metal" {

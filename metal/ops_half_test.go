@@ -20,6 +20,14 @@ package metal
 // products), a bound that holds for every summation order (tiles, split-K
 // partials); a 16-bit dst adds ulp16/2 to that. And a 16-bit dst must be
 // exactly the float32-dst kernel's result rounded once on the host.
+//
+// check16 is the check of the kernels that have a float32 twin (norms,
+// attention, softmax, cross-entropy, reductions, RoPE, SwiGLU): their
+// 16-bit outputs, and float32 outputs computed from 16-bit inputs,
+// against the device's float32 kernel on the widened inputs (bit for bit
+// after rounding once; required on the emulator, logged on a GPU) and the
+// CPU's float32 result (within the bound above, at the float32 test's
+// tolerance).
 
 import (
 	"fmt"
@@ -41,6 +49,15 @@ func narrow16(dt backend.DType, x float32) uint16 {
 		return half.Float16Bits(x)
 	}
 	return half.BFloat16Bits(x)
+}
+
+// narrowAll rounds each of xs to dt's bits.
+func narrowAll(dt backend.DType, xs []float32) []uint16 {
+	bits := make([]uint16, len(xs))
+	for i, x := range xs {
+		bits[i] = narrow16(dt, x)
+	}
+	return bits
 }
 
 // widen16 is the float32 value of dt's bits h.
@@ -71,20 +88,9 @@ func ulp16(dt backend.DType, x float64) float64 {
 // gen(i) rounded to dt, and returns it with its float32 twin (the same
 // values widened, on both devices).
 func (e *opsEnv) newPair16(dt backend.DType, s vspec, gen func(i int) float64) (p16, p32 pair) {
-	s = s.full()
-	n := max(s.extent(), 1)
-	bits := make([]uint16, n)
-	for i := range bits {
-		bits[i] = narrow16(dt, float32(gen(i)))
-	}
-	db, rb := e.dev.Alloc(dt, n), e.ref.Alloc(dt, n)
-	e.dev.Write(db, bits)
-	e.ref.Write(rb, bits)
-	p16 = pair{
-		dev: backend.View{Buf: db, Offset: s.off, Shape: s.shape, Strides: s.strides},
-		ref: backend.View{Buf: rb, Offset: s.off, Shape: s.shape, Strides: s.strides},
-		dt:  dt, n: n,
-	}
+	p16 = e.newPair(dt, s, gen)
+	bits := make([]uint16, p16.n)
+	e.ref.Read(p16.ref.Buf, bits)
 	p32 = e.newPair(backend.Float32, s, func(i int) float64 { return float64(widen16(dt, bits[i])) })
 	return p16, p32
 }
@@ -95,6 +101,144 @@ func (e *opsEnv) read16(p pair) (got, want []uint16) {
 	e.dev.Read(p.dev.Buf, got)
 	e.ref.Read(p.ref.Buf, want)
 	return got, want
+}
+
+// halfTol is a float32 test's tolerance at the CPU's value w.
+type halfTol func(w float64) float64
+
+// tolScaled is tol·max(1, |w|), the float32 tests' tolerance (opsTol,
+// attnTol); tolScaled(0) asks for the CPU's value itself.
+func tolScaled(tol float64) halfTol {
+	return func(w float64) float64 { return tol * max(1, math.Abs(w)) }
+}
+
+// tolOps is the float32 ops tests' tolerance, opsTol·max(1, |w|).
+var tolOps = tolScaled(opsTol)
+
+// halfWorst is the worst of some check16 results: the largest error as a
+// fraction of its bound; in units of ulp16 (16-bit outputs, over the
+// elements where ulp16/2 is the larger part of the bound); as |got − w|;
+// and the elements that are not the float32 kernel's result (rounded).
+type halfWorst struct {
+	ofBound, ulps, abs float64
+	inexact            int
+}
+
+func (w *halfWorst) add(o halfWorst) {
+	w.ofBound, w.ulps, w.abs = max(w.ofBound, o.ofBound), max(w.ulps, o.ulps), max(w.abs, o.abs)
+	w.inexact += o.inexact
+}
+
+func (w halfWorst) String() string {
+	s := fmt.Sprintf("worst %.3f of the bound", w.ofBound)
+	if w.ulps > 0 {
+		s += fmt.Sprintf(", %.2f ulp16", w.ulps)
+	}
+	s += fmt.Sprintf(", |err| %.1e", w.abs)
+	if w.inexact > 0 {
+		s += fmt.Sprintf("; %d elements not the float32 kernel's result", w.inexact)
+	}
+	return s
+}
+
+// onEmulator reports whether e's device is the emulator.
+func (e *opsEnv) onEmulator() bool {
+	_, ok := e.dev.Driver().(*emu.Driver)
+	return ok
+}
+
+// check16 checks out, an output of a call on 16-bit data (16-bit, or
+// float32 computed from 16-bit inputs), against twin: the same output of
+// the float32 kernels on the inputs widened, the device's in twin.dev and
+// the CPU's in twin.ref. Whole buffers are compared (elements outside the
+// views must be untouched alike). Two checks:
+//
+//   - exact: out is the device's float32 result rounded once to out's
+//     dtype on the host (forge/half), or its very bits for a float32 out;
+//     NaN matches NaN. Required on the emulator, which runs the kernels as
+//     written; on a GPU only logged, as its compiler may contract the
+//     float32 and 16-bit instances of a kernel differently.
+//   - bound: against the CPU's w, |got − w| ≤ ulp16/2 + tol(w), ulp16
+//     taken at max(|got|, |w|) (for a float32 out, tol(w) alone): the
+//     device's float32 result is within tol of w, and rounding it once
+//     moves it by at most ulp16/2. NaN matches NaN, an infinity only
+//     itself.
+func (e *opsEnv) check16(what string, out, twin pair, tol halfTol) (w halfWorst) {
+	e.t.Helper()
+	dev32, cpu32 := make([]float32, twin.n), make([]float32, twin.n)
+	e.dev.Read(twin.dev.Buf, dev32)
+	e.ref.Read(twin.ref.Buf, cpu32)
+	got := make([]float32, out.n)
+	var bits []uint16 // a 16-bit out's
+	if out.dt.IsHalf() {
+		bits = make([]uint16, out.n)
+		e.dev.Read(out.dev.Buf, bits)
+		for i, h := range bits {
+			got[i] = widen16(out.dt, h)
+		}
+	} else {
+		e.dev.Read(out.dev.Buf, got)
+	}
+	show := func(i int) string {
+		if bits == nil {
+			return fmt.Sprintf("%.9g", got[i])
+		}
+		return fmt.Sprintf("%g (%#04x)", got[i], bits[i])
+	}
+	inexact, bad := -1, -1
+	for i := range got {
+		exact := math.Float32bits(got[i]) == math.Float32bits(dev32[i])
+		if bits != nil {
+			exact = bits[i] == narrow16(out.dt, dev32[i])
+		}
+		if !exact && !(math.IsNaN(float64(got[i])) && math.IsNaN(float64(dev32[i]))) {
+			w.inexact++
+			if inexact < 0 {
+				inexact = i
+			}
+		}
+		g, want := float64(got[i]), float64(cpu32[i])
+		if math.IsNaN(g) || math.IsNaN(want) || math.IsInf(g, 0) || math.IsInf(want, 0) {
+			if !(math.IsNaN(g) && math.IsNaN(want)) && g != want && bad < 0 {
+				bad = i
+			}
+			continue
+		}
+		d, tw := math.Abs(g-want), tol(want)
+		bound := tw
+		if bits != nil {
+			u := ulp16(out.dt, max(math.Abs(g), math.Abs(want)))
+			if u/2 >= tw {
+				w.ulps = max(w.ulps, d/u)
+			}
+			bound += u / 2
+		}
+		w.abs = max(w.abs, d)
+		if bound > 0 {
+			w.ofBound = max(w.ofBound, d/bound)
+		}
+		if d > bound && bad < 0 {
+			bad = i
+		}
+	}
+	if bad >= 0 {
+		e.t.Errorf("%s: %v element %d: %s, the CPU's float32 result %.9g: beyond the bound (worst %.3g of it)",
+			what, out.dt, bad, show(bad), cpu32[bad], w.ofBound)
+	}
+	if inexact >= 0 {
+		i := inexact
+		msg := fmt.Sprintf("%s: %d %v elements are not the float32 kernel's result; first %d: %s, the float32 kernel's %.9g",
+			what, w.inexact, out.dt, i, show(i), dev32[i])
+		if bits != nil {
+			msg += fmt.Sprintf(", which rounds to %#04x", narrow16(out.dt, dev32[i]))
+		}
+		if e.onEmulator() {
+			e.t.Error(msg)
+		} else {
+			e.t.Log(msg)
+		}
+	}
+	return w
 }
 
 // compareBits16 requires p's buffers to be the same bits on both devices.
@@ -176,20 +320,14 @@ func TestHalfWriteRead(t *testing.T) {
 			}
 		}
 		for name, fn := range map[string]func(){
-			"write float32": func() { e.dev.Write(e.dev.Alloc(dt, 2), []float32{1, 2}) },
-			"read int32":    func() { e.dev.Read(e.dev.Alloc(dt, 2), make([]int32, 2)) },
-			"write too many": func() {
-				e.dev.Write(e.dev.Alloc(dt, 2), make([]uint16, 3))
-			},
+			"write float32":  func() { e.dev.Write(e.dev.Alloc(dt, 2), []float32{1, 2}) },
+			"read int32":     func() { e.dev.Read(e.dev.Alloc(dt, 2), make([]int32, 2)) },
+			"write too many": func() { e.dev.Write(e.dev.Alloc(dt, 2), make([]uint16, 3)) },
 		} {
-			if msg := opsPanic(fn); msg == "no panic" {
-				t.Errorf("%v: %s did not panic", dt, name)
-			}
+			wantPanic(t, fmt.Sprintf("%v: %s", dt, name), fn, "")
 		}
 	}
-	if msg := opsPanic(func() { e.dev.Write(e.dev.Alloc(backend.Float32, 2), []uint16{1, 2}) }); msg == "no panic" {
-		t.Error("[]uint16 into a float32 buffer did not panic")
-	}
+	wantPanic(t, "[]uint16 into a float32 buffer", func() { e.dev.Write(e.dev.Alloc(backend.Float32, 2), []uint16{1, 2}) }, "")
 }
 
 // TestHalfWidenExhaustive widens every float16 and bfloat16 bit pattern to
@@ -228,7 +366,7 @@ func TestHalfWidenExhaustive(t *testing.T) {
 		if dt == backend.BFloat16 {
 			other = backend.Float16
 		}
-		p, _ := e.newPair16(other, contig(n), func(int) float64 { return 0 })
+		p := e.newPair(other, contig(n), func(int) float64 { return 0 })
 		rsrc := e.ref.Alloc(dt, n)
 		e.ref.Write(rsrc, all)
 		e.dev.Copy(p.dev, sv)
@@ -315,18 +453,18 @@ func TestHalfNarrowing(t *testing.T) {
 			ints = append(ints, x)
 		}
 		ip := e.newPair(backend.Int32, contig(len(ints)), func(i int) float64 { return float64(ints[i]) })
-		hp, _ := e.newPair16(dt, contig(len(ints)), func(int) float64 { return 0 })
+		hp := e.newPair(dt, contig(len(ints)), func(int) float64 { return 0 })
 		e.both(func(be backend.Backend, v func(pair) backend.View) { be.Copy(v(hp), v(ip)) })
 		e.compareBits16(fmt.Sprintf("int32 → %v", dt), hp)
 
 		// 16-bit → int32 on values well inside int32's range (beyond it the
 		// conversion is the platform's: Go and x86 give MinInt32, a GPU
 		// saturates).
-		hv, _ := e.newPair16(dt, contig(5000), func(int) float64 {
+		hv := e.newPair(dt, contig(5000), func(int) float64 {
 			return e.rng.NormFloat64() * math.Pow(2, float64(e.rng.IntN(26)))
 		})
 		if dt == backend.Float16 {
-			hv, _ = e.newPair16(dt, contig(5000), e.uniform(-65504, 65504))
+			hv = e.newPair(dt, contig(5000), e.uniform(-65504, 65504))
 		}
 		iv := e.newPair(backend.Int32, contig(5000), func(int) float64 { return 7 })
 		e.both(func(be backend.Backend, v func(pair) backend.View) { be.Copy(v(iv), v(hv)) })
@@ -339,33 +477,16 @@ func TestHalfNarrowing(t *testing.T) {
 // against the CPU.
 func TestHalfCopyLayouts(t *testing.T) {
 	e := newOpsEnv(t)
-	cases := []struct{ dst, src vspec }{
-		{contig(257), contig(257)},
-		{contig(7, 13), vspec{shape: []int{7, 13}, strides: []int{1, 7}}},
-		{contig(5, 6, 7), vspec{shape: []int{5, 6, 7}, strides: []int{0, 7, 1}, off: 2}},
-		{vspec{shape: []int{4, 3}, strides: []int{6, 2}, off: 1}, vspec{shape: []int{4, 3}, strides: []int{0, 0}, off: 4}},
-		{manyDims(), vspec{shape: manyDims().shape, strides: make([]int, 10)}},
-		{contig(manyDims().shape...), manyDims()},
-	}
 	all := []backend.DType{backend.Float32, backend.Int32, backend.Float16, backend.BFloat16}
 	gen := e.uniform(-3000, 3000)
-	for _, c := range cases {
+	for _, c := range copyCases {
 		for _, ddt := range all {
 			for _, sdt := range all {
 				if !ddt.IsHalf() && !sdt.IsHalf() {
 					continue
 				}
-				var src, dst pair
-				if sdt.IsHalf() {
-					src, _ = e.newPair16(sdt, c.src, gen)
-				} else {
-					src = e.newPair(sdt, c.src, gen)
-				}
-				if ddt.IsHalf() {
-					dst, _ = e.newPair16(ddt, c.dst, func(int) float64 { return 9 })
-				} else {
-					dst = e.newPair(ddt, c.dst, func(int) float64 { return 9 })
-				}
+				src := e.newPair(sdt, c.src, gen)
+				dst := e.newPair(ddt, c.dst, func(int) float64 { return 9 })
 				e.both(func(be backend.Backend, v func(pair) backend.View) { be.Copy(v(dst), v(src)) })
 				what := fmt.Sprintf("copy %v←%v dst %v src %v", ddt, sdt, c.dst, c.src)
 				if ddt.IsHalf() {
@@ -381,10 +502,10 @@ func TestHalfCopyLayouts(t *testing.T) {
 func TestHalfFill(t *testing.T) {
 	e := newOpsEnv(t)
 	values := []float64{-2.75, 1.0 / 3, 65519.99, 65520, 1e-8, 3e-8, 1 + 1.0/256 + 1e-12, math.Inf(-1), math.NaN(), 1e39}
-	for _, s := range []vspec{contig(1), contig(7, 13), vspec{shape: []int{3, 5}, strides: []int{10, 2}, off: 3}, manyDims()} {
+	for _, s := range fillSpecs {
 		for _, dt := range halfTypes {
 			for _, v := range values {
-				p, _ := e.newPair16(dt, s, func(i int) float64 { return float64(i % 7) })
+				p := e.newPair(dt, s, func(i int) float64 { return float64(i % 7) })
 				e.both(func(be backend.Backend, vw func(pair) backend.View) { be.Fill(vw(p), v) })
 				e.compareBits16(fmt.Sprintf("fill %v %v with %g", dt, s, v), p)
 			}
@@ -394,12 +515,6 @@ func TestHalfFill(t *testing.T) {
 
 func TestHalfUnary(t *testing.T) {
 	e := newOpsEnv(t)
-	shapes := []struct{ dst, src vspec }{
-		{contig(1001), contig(1001)},
-		{contig(7, 13), vspec{shape: []int{7, 13}, strides: []int{0, 1}, off: 3}},
-		{vspec{shape: []int{5, 3}, strides: []int{1, 5}}, vspec{shape: []int{5, 3}, strides: []int{3, 1}}},
-		{contig(manyDims().shape...), manyDims()},
-	}
 	for _, dt := range halfTypes {
 		for op := backend.Neg; op <= backend.Sign; op++ {
 			ss := unaryScalars[op]
@@ -408,7 +523,7 @@ func TestHalfUnary(t *testing.T) {
 			}
 			worst, exact, cnt := 0.0, 0.0, 0
 			for _, s := range ss {
-				for _, sh := range shapes {
+				for _, sh := range unaryShapes {
 					src16, src32 := e.newPair16(dt, sh.src, e.unaryDomain(op))
 					dst16, dst32 := e.newPair16(dt, sh.dst, func(int) float64 { return 7 })
 					e.dev.Unary(op, s, dst16.dev, src16.dev)
@@ -448,25 +563,11 @@ func TestHalfUnary(t *testing.T) {
 
 func TestHalfBinary(t *testing.T) {
 	e := newOpsEnv(t)
-	type bcase struct{ dst, a, b vspec }
-	cases := []bcase{
-		{contig(1000), contig(1000), contig(1000)},
-		{contig(5, 6, 7), vspec{shape: []int{5, 6, 7}, strides: []int{7, 0, 1}}, vspec{shape: []int{5, 6, 7}, strides: []int{0, 7, 1}, off: 2}},
-		{contig(33, 17), vspec{shape: []int{33, 17}, strides: []int{1, 33}}, vspec{shape: []int{33, 17}, strides: []int{0, 0}, off: 4}},
-		{contig(manyDims().shape...), manyDims(), vspec{shape: manyDims().shape, strides: make([]int, 10), off: 1}},
-	}
 	for _, dt := range halfTypes {
 		for op := backend.Add; op <= backend.Ge; op++ {
 			worst, exact, cnt := 0.0, 0.0, 0
-			for _, c := range cases {
-				ga, gb := e.normal, e.normal
-				if op == backend.Pow {
-					ga, gb = e.uniform(0.1, 4), e.uniform(-3, 3)
-				}
-				if op >= backend.Eq {
-					ga = func(int) float64 { return float64(e.rng.IntN(5)) / 2 }
-					gb = ga
-				}
+			for _, c := range binaryCases {
+				ga, gb := e.binaryInputs(op)
 				a16, a32 := e.newPair16(dt, c.a, ga)
 				b16, b32 := e.newPair16(dt, c.b, gb)
 				d16, d32 := e.newPair16(dt, c.dst, func(int) float64 { return 3 })
@@ -505,11 +606,6 @@ func TestHalfBinary(t *testing.T) {
 func TestHalfWhere(t *testing.T) {
 	e := newOpsEnv(t)
 	all := []backend.DType{backend.Float32, backend.Int32, backend.Float16, backend.BFloat16}
-	shapes := []struct{ dst, c, a, b vspec }{
-		{contig(513), contig(513), contig(513), contig(513)},
-		{contig(6, 7), vspec{shape: []int{6, 7}, strides: []int{1, 6}}, vspec{shape: []int{6, 7}, strides: []int{0, 1}}, vspec{shape: []int{6, 7}, strides: []int{0, 0}, off: 2}},
-		{contig(manyDims().shape...), manyDims(), vspec{shape: manyDims().shape, strides: make([]int, 10)}, manyDims()},
-	}
 	// mk returns the view on the device (dtype dt) and its CPU twin (dt,
 	// or float32 for a 16-bit dt).
 	mk := func(dt backend.DType, s vspec, gen func(int) float64) (dev, ref backend.View, p16 pair) {
@@ -525,7 +621,7 @@ func TestHalfWhere(t *testing.T) {
 			if !dt.IsHalf() && !cdt.IsHalf() {
 				continue
 			}
-			for _, sh := range shapes {
+			for _, sh := range whereShapes {
 				// -0 is zero and NaN is not, in every float cond.
 				cgen := func(i int) float64 { return []float64{0, 1, -2, math.Copysign(0, -1), 3, math.NaN()}[e.rng.IntN(6)] }
 				if cdt == backend.Int32 {
@@ -629,15 +725,11 @@ func TestHalfMatMul(t *testing.T) {
 	}
 	naiveMatMul.Store(false)
 	// Mixed dtypes are refused.
-	a16, _ := e.newPair16(backend.Float16, contig(2, 2), e.normal)
-	b16, _ := e.newPair16(backend.BFloat16, contig(2, 2), e.normal)
+	a16 := e.newPair(backend.Float16, contig(2, 2), e.normal)
+	b16 := e.newPair(backend.BFloat16, contig(2, 2), e.normal)
 	c32 := e.newPair(backend.Float32, contig(2, 2), e.normal)
-	if msg := opsPanic(func() { e.dev.MatMul(c32.dev, a16.dev, b16.dev, false) }); msg == "no panic" {
-		t.Error("float16 @ bfloat16 did not panic")
-	}
-	if msg := opsPanic(func() { e.dev.MatMul(b16.dev, a16.dev, a16.dev, false) }); msg == "no panic" {
-		t.Error("float16 @ float16 into bfloat16 did not panic")
-	}
+	wantPanic(t, "float16 @ bfloat16", func() { e.dev.MatMul(c32.dev, a16.dev, b16.dev, false) }, "")
+	wantPanic(t, "float16 @ float16 into bfloat16", func() { e.dev.MatMul(b16.dev, a16.dev, a16.dev, false) }, "")
 }
 
 // halfMatMulCase runs one product of 16-bit operands into a float32 dst
@@ -739,9 +831,16 @@ func (e *opsEnv) halfMatMulCase(name string, dt backend.DType, batch, abs, bbs [
 				e.t.Errorf("%s: %v dst element %d: %g (%#04x), exact %.9g, bound %.3g", name, dt, z*mat+i, hv, h, x, b16)
 				bad16 = true
 			}
-			// Rounded once: the 16-bit dst is the float32 dst's value rounded.
+			// Rounded once: the 16-bit dst is the float32 dst's value
+			// rounded — required on the emulator, logged on a GPU (check16's
+			// rule: its compiler may contract the two instances apart).
 			if want := narrow16(dt, got32[z*mat+i]); h != want && !badRound {
-				e.t.Errorf("%s: %v dst element %d: %#04x, the float32 dst %.9g rounds to %#04x", name, dt, z*mat+i, h, got32[z*mat+i], want)
+				msg := fmt.Sprintf("%s: %v dst element %d: %#04x, the float32 dst %.9g rounds to %#04x", name, dt, z*mat+i, h, got32[z*mat+i], want)
+				if e.onEmulator() {
+					e.t.Error(msg)
+				} else {
+					e.t.Log(msg)
+				}
 				badRound = true
 			}
 			w := float64(cpu32[z*mat+i])
@@ -774,10 +873,7 @@ func TestHalfSchedules(t *testing.T) {
 		var outs [][]uint32
 		for _, dt := range halfTypes {
 			buf := e.dev.Alloc(dt, len(host))
-			bits := make([]uint16, len(host))
-			for i, x := range host {
-				bits[i] = narrow16(dt, x)
-			}
+			bits := narrowAll(dt, host)
 			e.dev.Write(buf, bits)
 			for _, shape := range []struct{ m, n, k int }{{33, 65, 17}, {45, 70, 1000}} {
 				m, n, k := shape.m, shape.n, shape.k
@@ -789,20 +885,8 @@ func TestHalfSchedules(t *testing.T) {
 				e.dev.Copy(c32, c16)
 				e.dev.MatMul(c32, a, bm, true)
 				e.dev.MatMul(c16, a, bm, true)
-				h := make([]float32, m*n)
-				e.dev.Read(c32b, h)
-				o := make([]uint32, m*n)
-				for i, v := range h {
-					o[i] = math.Float32bits(v)
-				}
-				outs = append(outs, o)
-				hb := make([]uint16, len(host))
-				e.dev.Read(buf, hb)
-				o16 := make([]uint32, m*n)
-				for i := range o16 {
-					o16[i] = uint32(hb[m*k+k*n+i])
-				}
-				outs = append(outs, o16)
+				c16bits := readBits(e.dev, buf, len(host))[m*k+k*n:][:m*n]
+				outs = append(outs, readBits(e.dev, c32b, m*n), c16bits)
 				e.dev.Write(buf, bits) // restore c for the next run
 			}
 		}
@@ -906,8 +990,8 @@ func BenchmarkHalf(b *testing.B) {
 // naming the kernel.
 func TestHalfRefused(t *testing.T) {
 	e := newOpsEnv(t)
-	h, _ := e.newPair16(backend.Float16, contig(4), e.normal)
-	bf, _ := e.newPair16(backend.BFloat16, contig(4), e.normal)
+	h := e.newPair(backend.Float16, contig(4), e.normal)
+	bf := e.newPair(backend.BFloat16, contig(4), e.normal)
 	f := e.newPair(backend.Float32, contig(4), e.normal)
 	i := e.newPair(backend.Int32, contig(4), func(int) float64 { return 1 })
 	r := e.newPair(backend.Float32, contig(1), e.normal)
@@ -923,8 +1007,6 @@ func TestHalfRefused(t *testing.T) {
 		"softmax f16←bf16":     func() { e.dev.Softmax(h.dev, bf.dev, false) },
 		"matmul f16 into bf16": func() { e.dev.MatMul(bf.dev, h.dev, h.dev, false) },
 	} {
-		if msg := opsPanic(fn); msg == "no panic" || len(msg) < 7 || msg[:7] != "metal: " {
-			t.Errorf("%s: panic %q, want a metal: … message", name, msg)
-		}
+		wantPanic(t, name, fn, "metal: ")
 	}
 }

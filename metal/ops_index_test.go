@@ -258,9 +258,44 @@ func (e *opsEnv) ceLogits(kind string, v int, targets []int32) func(i int) float
 	}
 }
 
+// ceIgnore is the ignore index of the cross-entropy tests.
+const ceIgnore = -100
+
+// ceSpecialRows are rows of 4 logits with NaN, +Inf, only −Inf, −Inf at
+// the target (of the tests' targets 0, ignore, 2), −Inf elsewhere.
+var ceSpecialRows = [][]float64{
+	{1, math.NaN(), 2, 0}, {1, math.Inf(1), 2, 0},
+	{math.Inf(-1), math.Inf(-1), math.Inf(-1), math.Inf(-1)},
+	{math.Inf(-1), 3, 1, 0}, {2, math.Inf(-1), 1, 5},
+}
+
+// ceTargets draws n targets in [0, v), every fourth from the second
+// ceIgnore (when n > 1).
+func (e *opsEnv) ceTargets(n, v int) []int32 {
+	tg := make([]int32, n)
+	for i := range tg {
+		tg[i] = int32(e.rng.IntN(v))
+		if n > 1 && i%4 == 1 {
+			tg[i] = ceIgnore
+		}
+	}
+	return tg
+}
+
+// ceTargetPair holds the targets tg with ceIgnore replaced by ign (itself,
+// or a real class to ignore).
+func (e *opsEnv) ceTargetPair(tg []int32, ign int) pair {
+	return e.newPair(backend.Int32, contig(len(tg)), func(i int) float64 {
+		if tg[i] == ceIgnore {
+			return float64(ign)
+		}
+		return float64(tg[i])
+	})
+}
+
 func TestOpsCrossEntropy(t *testing.T) {
 	e := newOpsEnv(t)
-	const ignore = -100
+	const ignore = ceIgnore
 	type ccase struct {
 		n, v int
 		kind string
@@ -272,20 +307,9 @@ func TestOpsCrossEntropy(t *testing.T) {
 	}
 	var worstLoss, worstLSE, worstGrad float64
 	for _, c := range cases {
-		tg := make([]int32, c.n)
-		for i := range tg {
-			tg[i] = int32(e.rng.IntN(c.v))
-			if c.n > 1 && i%4 == 1 {
-				tg[i] = ignore
-			}
-		}
+		tg := e.ceTargets(c.n, c.v)
 		for _, ign := range []int{ignore, int(tg[0])} { // ignore a real class too
-			targets := e.newPair(backend.Int32, contig(c.n), func(i int) float64 {
-				if tg[i] == ignore {
-					return float64(ign)
-				}
-				return float64(tg[i])
-			})
+			targets := e.ceTargetPair(tg, ign)
 			logits := e.newPair(backend.Float32, contig(c.n, c.v), e.ceLogits(c.kind, c.v, tg))
 			loss := e.newPair(backend.Float32, contig(c.n), func(int) float64 { return 3 })
 			lse := e.newPair(backend.Float32, contig(c.n), func(int) float64 { return 3 })
@@ -315,16 +339,10 @@ func TestOpsCrossEntropy(t *testing.T) {
 	}
 	t.Logf("cross_entropy maxdiff: loss %.2e, lse %.2e (scaled by max(1,|want|)); backward max relative error %.2e", worstLoss, worstLSE, worstGrad)
 
-	// Special rows: NaN, +Inf, only −Inf, −Inf at the target, −Inf
-	// elsewhere; each with its target ignored and not.
-	rows := [][]float64{
-		{1, math.NaN(), 2, 0}, {1, math.Inf(1), 2, 0},
-		{math.Inf(-1), math.Inf(-1), math.Inf(-1), math.Inf(-1)},
-		{math.Inf(-1), 3, 1, 0}, {2, math.Inf(-1), 1, 5},
-	}
-	for _, r := range rows {
+	// Special rows, each with its target ignored and not.
+	for _, r := range ceSpecialRows {
 		tg := []int32{0, ignore, 2}
-		targets := e.newPair(backend.Int32, contig(3), func(i int) float64 { return float64(tg[i]) })
+		targets := e.ceTargetPair(tg, ignore)
 		logits := e.newPair(backend.Float32, contig(3, 4), func(i int) float64 { return r[i%4] })
 		loss := e.newPair(backend.Float32, contig(3), func(int) float64 { return 3 })
 		lse := e.newPair(backend.Float32, contig(3), func(int) float64 { return 3 })
@@ -390,21 +408,16 @@ func TestOpsCrossEntropyManyRows(t *testing.T) {
 }
 
 func TestOpsIndexFloat64Refused(t *testing.T) {
-	f64 := backend.View{Buf: f64Buf{}, Shape: []int{2}, Strides: []int{1}}
-	b := &Backend{}
-	for name, fn := range map[string]func(){
-		kIndexSelect:      func() { b.IndexSelect(f64, f64, f64, 0) },
-		kIndexAdd:         func() { b.IndexAdd(f64, f64, f64, 0) },
-		kGather:           func() { b.Gather(f64, f64, f64, 0) },
-		kScatterAdd:       func() { b.ScatterAdd(f64, f64, f64, 0) },
-		kCrossEntropy:     func() { b.CrossEntropy(f64, f64, f64, f64, -1) },
-		kCrossEntropyBack: func() { b.CrossEntropyBackward(f64, f64, f64, f64, -1, 1) },
-	} {
-		msg := opsPanic(fn)
-		if want := "metal: " + name + ": float64 is not supported"; len(msg) < len(want) || msg[:len(want)] != want {
-			t.Errorf("%s on float64: panic %q, want it to start %q", name, msg, want)
+	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
+		return map[string]func(){
+			kIndexSelect:      func() { b.IndexSelect(f64, f64, f64, 0) },
+			kIndexAdd:         func() { b.IndexAdd(f64, f64, f64, 0) },
+			kGather:           func() { b.Gather(f64, f64, f64, 0) },
+			kScatterAdd:       func() { b.ScatterAdd(f64, f64, f64, 0) },
+			kCrossEntropy:     func() { b.CrossEntropy(f64, f64, f64, f64, -1) },
+			kCrossEntropyBack: func() { b.CrossEntropyBackward(f64, f64, f64, f64, -1, 1) },
 		}
-	}
+	})
 }
 
 func TestOpsIndexKernelNames(t *testing.T) {
@@ -446,23 +459,13 @@ func TestOpsIndexSchedules(t *testing.T) {
 	tgs := []int32{3, -1, 1999, 0, 7, 100}
 	run := func() [][]uint32 {
 		var outs [][]uint32
-		read := func(buf backend.Buffer, k int) {
-			h := make([]float32, k)
-			e.dev.Read(buf, h)
-			bits := make([]uint32, k)
-			for i, x := range h {
-				bits[i] = math.Float32bits(x)
-			}
-			outs = append(outs, bits)
-		}
+		read := func(buf backend.Buffer, k int) { outs = append(outs, readBits(e.dev, buf, k)) }
 		up := func(h any, dt backend.DType, k int) backend.Buffer {
 			b := e.dev.Alloc(dt, k)
 			e.dev.Write(b, h)
 			return b
 		}
-		vw := func(b backend.Buffer, shape ...int) backend.View {
-			return backend.View{Buf: b, Shape: shape, Strides: backend.ContiguousStrides(shape)}
-		}
+		vw := func(b backend.Buffer, shape ...int) backend.View { return contigView(b, 0, shape...) }
 		src, ib := up(data, backend.Float32, ni*q), up(ids, backend.Int32, ni)
 		dst := e.dev.Alloc(backend.Float32, s*q)
 		e.dev.IndexAdd(vw(dst, s, q), vw(src, ni, q), vw(ib, ni), 0)

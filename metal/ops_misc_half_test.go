@@ -8,10 +8,13 @@ package metal
 //
 // Tolerances. Every one of these kernels widens its 16-bit inputs exactly,
 // computes in float32 exactly as its float32 instance does, and rounds each
-// 16-bit output once. So a 16-bit output must be
+// 16-bit output once. So a 16-bit output must be (check16,
+// ops_half_test.go)
 //
 //   - bit for bit the device's float32 kernel's output for the widened
-//     inputs, rounded once on the host (forge/half); and
+//     inputs, rounded once on the host (forge/half) — on the emulator; on
+//     a GPU, whose compiler may contract the two instances differently,
+//     this is logged; and
 //   - within ulp16/2 of that float32 value, which is within the float32
 //     tests' tolerance tol32 of the CPU's float32 result: the bound checked
 //     is ulp16(max(|got|, |want|))/2 + tol32(want), with tol32 =
@@ -22,14 +25,14 @@ package metal
 //
 // Float32 outputs computed from 16-bit inputs (loss, lse, reductions into
 // a float32 dst, sums of squares) must equal the float32 kernel's output
-// for the widened inputs bit for bit and lie within tol32 of the CPU's;
+// for the widened inputs bit for bit (on the emulator, as above) and lie
+// within tol32 of the CPU's;
 // int32 indices must equal the CPU's. NaN matches NaN (payloads aside).
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -37,118 +40,9 @@ import (
 	"github.com/forgeml/forge/metal/emu"
 )
 
-// mhTol is a float32 test's tolerance at the CPU's value w.
-type mhTol func(w float64) float64
-
-func mhAbs(w float64) float64 { return opsTol * max(1, math.Abs(w)) }
-func mhRel(w float64) float64 { return 2e-5*math.Abs(w) + 1e-30 }
-func mhExact(float64) float64 { return 0 }
-
-// mhWorst is the worst error seen by a group of checks: as a fraction of
-// the bound, and in units of ulp16 (16-bit outputs) or as |got − want|
-// (float32 outputs).
-type mhWorst struct{ ofBound, err float64 }
-
-func (w *mhWorst) add(o mhWorst) {
-	w.ofBound = max(w.ofBound, o.ofBound)
-	w.err = max(w.err, o.err)
-}
-
-// mhSpecial compares two values that are not both finite: NaN matches NaN,
-// an infinity only itself. It reports whether got and want are both
-// finite (then the caller measures the difference).
-func mhSpecial(got, want float64) (finite, ok bool) {
-	if math.IsNaN(got) || math.IsNaN(want) {
-		return false, math.IsNaN(got) && math.IsNaN(want)
-	}
-	if math.IsInf(got, 0) || math.IsInf(want, 0) {
-		return false, got == want
-	}
-	return true, true
-}
-
-// mhCheck16 checks the 16-bit output o16 (its device buffer) against o32,
-// whose device buffer holds the device's float32 kernel's output and whose
-// CPU buffer the CPU's, both from the widened inputs (see the file's
-// comment). Whole buffers are compared: elements outside the views must
-// be untouched alike.
-func (e *opsEnv) mhCheck16(what string, o16, o32 pair, tol mhTol) (w mhWorst) {
-	e.t.Helper()
-	got := make([]uint16, o16.n)
-	e.dev.Read(o16.dev.Buf, got)
-	dev32, cpu32 := make([]float32, o32.n), make([]float32, o32.n)
-	e.dev.Read(o32.dev.Buf, dev32)
-	e.ref.Read(o32.ref.Buf, cpu32)
-	dt := o16.dt
-	badRound, badBound := false, false
-	for i, h := range got {
-		g := float64(widen16(dt, h))
-		// Rounded once from the float32 kernel's value.
-		if r := narrow16(dt, dev32[i]); h != r && !(math.IsNaN(g) && math.IsNaN(float64(dev32[i]))) && !badRound {
-			e.t.Errorf("%s: %v element %d: %#04x (%g); the float32 kernel gives %.9g, which rounds to %#04x",
-				what, dt, i, h, g, dev32[i], r)
-			badRound = true
-		}
-		want := float64(cpu32[i])
-		finite, ok := mhSpecial(g, want)
-		if !finite {
-			if !ok && !badBound {
-				e.t.Errorf("%s: %v element %d: %g (%#04x), the CPU's float32 result is %g", what, dt, i, g, h, want)
-				badBound = true
-			}
-			continue
-		}
-		d := math.Abs(g - want)
-		u := ulp16(dt, max(math.Abs(g), math.Abs(want)))
-		bound := u/2 + tol(want)
-		w.err = max(w.err, d/u)
-		w.ofBound = max(w.ofBound, d/bound)
-		if d > bound && !badBound {
-			e.t.Errorf("%s: %v element %d: %g (%#04x), the CPU's float32 result %.9g: error %.3g > bound %.3g (%.2f ulp16)",
-				what, dt, i, g, h, want, d, bound, d/u)
-			badBound = true
-		}
-	}
-	return w
-}
-
-// mhCheck32 checks the float32 output o (its device buffer, computed from
-// 16-bit inputs) against o32 (the device's float32 kernel and the CPU, on
-// the widened inputs): equal bits to the former, within tol of the latter.
-func (e *opsEnv) mhCheck32(what string, o, o32 pair, tol mhTol) (w mhWorst) {
-	e.t.Helper()
-	got, dev32, cpu32 := make([]float32, o.n), make([]float32, o32.n), make([]float32, o32.n)
-	e.dev.Read(o.dev.Buf, got)
-	e.dev.Read(o32.dev.Buf, dev32)
-	e.ref.Read(o32.ref.Buf, cpu32)
-	badBits, badBound := false, false
-	for i := range got {
-		g, want := float64(got[i]), float64(cpu32[i])
-		if math.Float32bits(got[i]) != math.Float32bits(dev32[i]) && !(math.IsNaN(g) && math.IsNaN(float64(dev32[i]))) && !badBits {
-			e.t.Errorf("%s: element %d: %.9g, the float32 kernel on the widened inputs gives %.9g", what, i, got[i], dev32[i])
-			badBits = true
-		}
-		finite, ok := mhSpecial(g, want)
-		if !finite {
-			if !ok && !badBound {
-				e.t.Errorf("%s: element %d: %g, the CPU's float32 result is %g", what, i, g, want)
-				badBound = true
-			}
-			continue
-		}
-		d := math.Abs(g - want)
-		bound := tol(want)
-		w.err = max(w.err, d)
-		if bound > 0 {
-			w.ofBound = max(w.ofBound, d/bound)
-		}
-		if d > bound && !badBound {
-			e.t.Errorf("%s: element %d: %.9g, the CPU's float32 result %.9g: error %.3g > bound %.3g", what, i, g, want, d, bound)
-			badBound = true
-		}
-	}
-	return w
-}
+// ceGradTol is the cross-entropy gradients' float32 tolerance (relative,
+// as in TestOpsCrossEntropy).
+func ceGradTol(w float64) float64 { return 2e-5*math.Abs(w) + 1e-30 }
 
 // mhCheckIndex requires the int32 output o (device) to equal o32's CPU
 // result and o32's device (float32 kernel) result.
@@ -177,14 +71,14 @@ func TestMiscHalfSoftmax(t *testing.T) {
 	}
 	for _, dt := range halfTypes {
 		for _, log := range []bool{false, true} {
-			var fw, bw mhWorst
+			var fw, bw halfWorst
 			for _, sh := range shapes {
 				what := fmt.Sprintf("softmax %v log=%v %v", dt, log, sh)
 				x16, x32 := e.newPair16(dt, contig(sh...), func(int) float64 { return 4 * e.rng.NormFloat64() })
 				y16, y32 := e.newPair16(dt, contig(sh...), mhFill(0.5))
 				e.dev.Softmax(y16.dev, x16.dev, log)
 				e.both(func(be backend.Backend, v func(pair) backend.View) { be.Softmax(v(y32), v(x32), log) })
-				fw.add(e.mhCheck16(what, y16, y32, mhAbs))
+				fw.add(e.check16(what, y16, y32, tolOps))
 
 				// The backward from the CPU's forward rounded to dt.
 				yh := make([]float32, y32.n)
@@ -196,7 +90,7 @@ func TestMiscHalfSoftmax(t *testing.T) {
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
 					be.SoftmaxBackward(v(dx32), v(yy32), v(dy32), log)
 				})
-				bw.add(e.mhCheck16("backward "+what, dx16, dx32, mhAbs))
+				bw.add(e.check16("backward "+what, dx16, dx32, tolOps))
 			}
 			// Rows with NaN, +Inf, only −Inf, and −Inf among finite values.
 			for _, r := range specials {
@@ -204,17 +98,17 @@ func TestMiscHalfSoftmax(t *testing.T) {
 				y16, y32 := e.newPair16(dt, contig(2, 3), mhFill(0.5))
 				e.dev.Softmax(y16.dev, x16.dev, log)
 				e.both(func(be backend.Backend, v func(pair) backend.View) { be.Softmax(v(y32), v(x32), log) })
-				e.mhCheck16(fmt.Sprintf("softmax %v log=%v of %v", dt, log, r), y16, y32, mhAbs)
+				e.check16(fmt.Sprintf("softmax %v log=%v of %v", dt, log, r), y16, y32, tolOps)
 			}
 			t.Logf("softmax %-8v log=%-5v forward worst %.2f ulp16 (%.2f of the bound), backward worst %.2f ulp16 (%.2f of the bound)",
-				dt, log, fw.err, fw.ofBound, bw.err, bw.ofBound)
+				dt, log, fw.ulps, fw.ofBound, bw.ulps, bw.ofBound)
 		}
 	}
 }
 
 func TestMiscHalfCrossEntropy(t *testing.T) {
 	e := newOpsEnv(t)
-	const ignore = -100
+	const ignore = ceIgnore
 	cases := []struct {
 		n, v int
 		kind string
@@ -223,23 +117,12 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 		{9, 500, "large"}, {40, 64, "confident"}, {100, 40, "ties"},
 	}
 	for _, dt := range halfTypes {
-		var loss, lse, grad mhWorst
+		var loss, lse, grad halfWorst
 		for _, c := range cases {
-			tg := make([]int32, c.n)
-			for i := range tg {
-				tg[i] = int32(e.rng.IntN(c.v))
-				if c.n > 1 && i%4 == 1 {
-					tg[i] = ignore
-				}
-			}
+			tg := e.ceTargets(c.n, c.v)
 			for _, ign := range []int{ignore, int(tg[0])} { // ignore a real class too
 				what := fmt.Sprintf("cross_entropy %v %dx%d %s ignore %d", dt, c.n, c.v, c.kind, ign)
-				targets := e.newPair(backend.Int32, contig(c.n), func(i int) float64 {
-					if tg[i] == ignore {
-						return float64(ign)
-					}
-					return float64(tg[i])
-				})
+				targets := e.ceTargetPair(tg, ign)
 				lg16, lg32 := e.newPair16(dt, contig(c.n, c.v), e.ceLogits(c.kind, c.v, tg))
 				lossH, lseH := e.newPair(backend.Float32, contig(c.n), mhFill(3)), e.newPair(backend.Float32, contig(c.n), mhFill(3))
 				loss32, lse32 := e.newPair(backend.Float32, contig(c.n), mhFill(3)), e.newPair(backend.Float32, contig(c.n), mhFill(3))
@@ -247,8 +130,8 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
 					be.CrossEntropy(v(loss32), v(lse32), v(lg32), v(targets), ign)
 				})
-				loss.add(e.mhCheck32(what+" loss", lossH, loss32, mhAbs))
-				lse.add(e.mhCheck32(what+" lse", lseH, lse32, mhAbs))
+				loss.add(e.check16(what+" loss", lossH, loss32, tolOps))
+				lse.add(e.check16(what+" lse", lseH, lse32, tolOps))
 
 				// The backward from the CPU's lse on both; then in place
 				// (dlogits = logits).
@@ -261,25 +144,19 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
 					be.CrossEntropyBackward(v(dl32), v(lg32), v(lse2), v(targets), ign, scale)
 				})
-				grad.add(e.mhCheck16(what+" backward", dl16, dl32, mhRel))
+				grad.add(e.check16(what+" backward", dl16, dl32, ceGradTol))
 				e.dev.CrossEntropyBackward(lg16.dev, lg16.dev, lse2.dev, targets.dev, ign, scale)
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
 					be.CrossEntropyBackward(v(lg32), v(lg32), v(lse2), v(targets), ign, scale)
 				})
-				grad.add(e.mhCheck16(what+" backward in place", lg16, lg32, mhRel))
+				grad.add(e.check16(what+" backward in place", lg16, lg32, ceGradTol))
 			}
 		}
-		// Special rows: NaN, +Inf, only −Inf, −Inf at the target, −Inf
-		// elsewhere; each with its target ignored and not.
-		rows := [][]float64{
-			{1, math.NaN(), 2, 0}, {1, math.Inf(1), 2, 0},
-			{math.Inf(-1), math.Inf(-1), math.Inf(-1), math.Inf(-1)},
-			{math.Inf(-1), 3, 1, 0}, {2, math.Inf(-1), 1, 5},
-		}
-		for _, r := range rows {
+		// Special rows (ceSpecialRows), each with its target ignored and not.
+		for _, r := range ceSpecialRows {
 			what := fmt.Sprintf("cross_entropy %v of %v", dt, r)
 			tg := []int32{0, ignore, 2}
-			targets := e.newPair(backend.Int32, contig(3), func(i int) float64 { return float64(tg[i]) })
+			targets := e.ceTargetPair(tg, ignore)
 			lg16, lg32 := e.newPair16(dt, contig(3, 4), func(i int) float64 { return r[i%4] })
 			lossH, lseH := e.newPair(backend.Float32, contig(3), mhFill(3)), e.newPair(backend.Float32, contig(3), mhFill(3))
 			loss32, lse32 := e.newPair(backend.Float32, contig(3), mhFill(3)), e.newPair(backend.Float32, contig(3), mhFill(3))
@@ -287,14 +164,14 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
 				be.CrossEntropy(v(loss32), v(lse32), v(lg32), v(targets), ignore)
 			})
-			e.mhCheck32(what+" loss", lossH, loss32, mhAbs)
-			e.mhCheck32(what+" lse", lseH, lse32, mhAbs)
+			e.check16(what+" loss", lossH, loss32, tolOps)
+			e.check16(what+" lse", lseH, lse32, tolOps)
 			dl16, dl32 := e.newPair16(dt, contig(3, 4), mhFill(3))
 			e.dev.CrossEntropyBackward(dl16.dev, lg16.dev, lseH.dev, targets.dev, ignore, 0.5)
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
 				be.CrossEntropyBackward(v(dl32), v(lg32), v(lse32), v(targets), ignore, 0.5)
 			})
-			e.mhCheck16(what+" backward", dl16, dl32, mhRel)
+			e.check16(what+" backward", dl16, dl32, ceGradTol)
 		}
 		// Strided targets and no loss; a finite lse for rows holding NaN
 		// and +Inf (the unnormalised branch).
@@ -306,7 +183,7 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 		e.both(func(be backend.Backend, v func(pair) backend.View) {
 			be.CrossEntropy(backend.View{}, v(lse32), v(lg32), v(targets), ignore)
 		})
-		lse.add(e.mhCheck32(fmt.Sprintf("cross_entropy %v without loss, strided targets", dt), lseH, lse32, mhAbs))
+		lse.add(e.check16(fmt.Sprintf("cross_entropy %v without loss, strided targets", dt), lseH, lse32, tolOps))
 		nan16, nan32 := e.newPair16(dt, contig(2, 3), func(i int) float64 { return []float64{1, math.NaN(), -2, 0.5, 3, math.Inf(1)}[i] })
 		lseFin := e.newPair(backend.Float32, contig(2), func(i int) float64 { return []float64{1.5, 4}[i] })
 		dl16, dl32 := e.newPair16(dt, contig(2, 3), mhFill(3))
@@ -314,9 +191,9 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 		e.both(func(be backend.Backend, v func(pair) backend.View) {
 			be.CrossEntropyBackward(v(dl32), v(nan32), v(lseFin), v(targets), ignore, 0.25)
 		})
-		e.mhCheck16(fmt.Sprintf("cross_entropy_backward %v of NaN/+Inf rows with a finite lse", dt), dl16, dl32, mhRel)
+		e.check16(fmt.Sprintf("cross_entropy_backward %v of NaN/+Inf rows with a finite lse", dt), dl16, dl32, ceGradTol)
 		t.Logf("cross_entropy %-8v loss worst |err| %.2e (%.2f of the bound), lse %.2e (%.2f); dlogits worst %.2f ulp16 (%.2f of the bound)",
-			dt, loss.err, loss.ofBound, lse.err, lse.ofBound, grad.err, grad.ofBound)
+			dt, loss.abs, loss.ofBound, lse.abs, lse.ofBound, grad.ulps, grad.ofBound)
 	}
 }
 
@@ -345,11 +222,11 @@ func TestMiscHalfReduce(t *testing.T) {
 	}
 	for _, dt := range halfTypes {
 		for op := backend.ReduceSum; op <= backend.ReduceArgMin; op++ {
-			tol := mhAbs
+			tol := tolOps
 			if op != backend.ReduceSum {
-				tol = mhExact
+				tol = tolScaled(0) // max and min: input values
 			}
-			var w16, w32 mhWorst
+			var w16, w32 halfWorst
 			run := func(what string, sv vspec, nred int, gen func(int) float64) {
 				s16, s32 := e.newPair16(dt, sv, gen)
 				kept := contig(sv.shape[:len(sv.shape)-nred]...)
@@ -362,12 +239,12 @@ func TestMiscHalfReduce(t *testing.T) {
 				}
 				// Into float32, and into the src's dtype.
 				df, df32 := e.newPair(backend.Float32, kept, mhFill(-7)), e.newPair(backend.Float32, kept, mhFill(-7))
-				d16, _ := e.newPair16(dt, kept, mhFill(-7))
+				d16 := e.newPair(dt, kept, mhFill(-7))
 				e.dev.Reduce(op, df.dev, s16.dev, nred)
 				e.dev.Reduce(op, d16.dev, s16.dev, nred)
 				e.both(func(be backend.Backend, v func(pair) backend.View) { be.Reduce(op, v(df32), v(s32), nred) })
-				w32.add(e.mhCheck32(what+" into float32", df, df32, tol))
-				w16.add(e.mhCheck16(fmt.Sprintf("%s into %v", what, dt), d16, df32, tol))
+				w32.add(e.check16(what+" into float32", df, df32, tol))
+				w16.add(e.check16(fmt.Sprintf("%s into %v", what, dt), d16, df32, tol))
 			}
 			for _, c := range cases {
 				gen := e.normal
@@ -381,12 +258,12 @@ func TestMiscHalfReduce(t *testing.T) {
 			}
 			if op < backend.ReduceArgMax {
 				t.Logf("reduce %-8v %-7v into float32: worst |err| %.2e (%.2f of the bound); into %v: worst %.2f ulp16 (%.2f of the bound)",
-					dt, op, w32.err, w32.ofBound, dt, w16.err, w16.ofBound)
+					dt, op, w32.abs, w32.ofBound, dt, w16.ulps, w16.ofBound)
 			}
 		}
 		// A sum over nothing is 0 in either dst dtype.
-		src, _ := e.newPair16(dt, contig(4, 0), e.normal)
-		d16, _ := e.newPair16(dt, contig(4), mhFill(5))
+		src := e.newPair(dt, contig(4, 0), e.normal)
+		d16 := e.newPair(dt, contig(4), mhFill(5))
 		e.dev.Reduce(backend.ReduceSum, d16.dev, src.dev, 1)
 		got, _ := e.read16(d16)
 		for i, h := range got[:4] {
@@ -400,7 +277,7 @@ func TestMiscHalfReduce(t *testing.T) {
 func TestMiscHalfSumSquares(t *testing.T) {
 	e := newOpsEnv(t)
 	for _, dt := range halfTypes {
-		var w mhWorst
+		var w halfWorst
 		worstRel := 0.0
 		for _, n := range []int{0, 1, 1000, sumSqBlock + 1, 3*sumSqBlock/2 + 77} {
 			what := fmt.Sprintf("sum_squares %v n=%d", dt, n)
@@ -410,7 +287,7 @@ func TestMiscHalfSumSquares(t *testing.T) {
 			e.dev.SumSquares(d.dev, s16.dev)
 			e.both(func(be backend.Backend, v func(pair) backend.View) { be.SumSquares(v(d32), v(s32)) })
 			// TestOpsSumSquares's tolerance against the CPU: 1e-6·max(1, |want|).
-			w.add(e.mhCheck32(what, d, d32, func(x float64) float64 { return 1e-6 * max(1, math.Abs(x)) }))
+			w.add(e.check16(what, d, d32, tolScaled(1e-6)))
 			// Against a float64 sum of the 16-bit values: within about half
 			// a float32 ulp (the sum is compensated and the squares exact).
 			h := make([]float32, s32.n)
@@ -428,14 +305,14 @@ func TestMiscHalfSumSquares(t *testing.T) {
 			}
 		}
 		t.Logf("sum_squares %-8v worst |err| vs the CPU %.2e (%.2f of the bound); worst relative error vs a float64 sum %.2e (bound 6e-8)",
-			dt, w.err, w.ofBound, worstRel)
+			dt, w.abs, w.ofBound, worstRel)
 	}
 }
 
 func TestMiscHalfSwiGLU(t *testing.T) {
 	e := newOpsEnv(t)
 	for _, dt := range halfTypes {
-		var wy, wa, wb mhWorst
+		var wy, wa, wb halfWorst
 		for _, n := range []int{1, 1000, 4099} {
 			what := fmt.Sprintf("swiglu %v n=%d", dt, n)
 			a16, a32 := e.newPair16(dt, contig(n), func(int) float64 { return 6 * e.rng.NormFloat64() })
@@ -450,19 +327,19 @@ func TestMiscHalfSwiGLU(t *testing.T) {
 				be.SwiGLU(v(y32), v(a32), v(b32))
 				be.SwiGLUBackward(v(da32), v(db32), v(a32), v(b32), v(g32))
 			})
-			wy.add(e.mhCheck16(what+" y", y16, y32, mhAbs))
-			wa.add(e.mhCheck16(what+" da", da16, da32, mhAbs))
-			wb.add(e.mhCheck16(what+" db", db16, db32, mhAbs))
+			wy.add(e.check16(what+" y", y16, y32, tolOps))
+			wa.add(e.check16(what+" da", da16, da32, tolOps))
+			wb.add(e.check16(what+" db", db16, db32, tolOps))
 		}
 		t.Logf("swiglu %-8v worst ulp16 (fraction of the bound): y %.2f (%.2f), da %.2f (%.2f), db %.2f (%.2f)",
-			dt, wy.err, wy.ofBound, wa.err, wa.ofBound, wb.err, wb.ofBound)
+			dt, wy.ulps, wy.ofBound, wa.ulps, wa.ofBound, wb.ulps, wb.ofBound)
 	}
 }
 
 func TestMiscHalfRoPE(t *testing.T) {
 	e := newOpsEnv(t)
 	for _, dt := range halfTypes {
-		var w mhWorst
+		var w halfWorst
 		for _, c := range []struct {
 			shape []int
 			pos0  int
@@ -481,11 +358,11 @@ func TestMiscHalfRoPE(t *testing.T) {
 				y16, y32 := e.newPair16(dt, contig(c.shape...), mhFill(7))
 				e.dev.RoPE(y16.dev, x16.dev, c.pos0, c.theta, inverse)
 				e.both(func(be backend.Backend, v func(pair) backend.View) { be.RoPE(v(y32), v(x32), c.pos0, c.theta, inverse) })
-				w.add(e.mhCheck16(what, y16, y32, mhAbs))
+				w.add(e.check16(what, y16, y32, tolOps))
 				// In place.
 				e.dev.RoPE(x16.dev, x16.dev, c.pos0, c.theta, inverse)
 				e.both(func(be backend.Backend, v func(pair) backend.View) { be.RoPE(v(x32), v(x32), c.pos0, c.theta, inverse) })
-				w.add(e.mhCheck16(what+" in place", x16, x32, mhAbs))
+				w.add(e.check16(what+" in place", x16, x32, tolOps))
 			}
 		}
 		// Strided x: heads of a fused QKV projection, a broadcast batch,
@@ -499,7 +376,7 @@ func TestMiscHalfRoPE(t *testing.T) {
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
 				be.(backend.StridedRoPE).RoPEStrided(v(y32), v(x32), pos0, 10000, inverse)
 			})
-			w.add(e.mhCheck16(fmt.Sprintf("rope strided %v %s inverse %v", dt, what, inverse), y16, y32, mhAbs))
+			w.add(e.check16(fmt.Sprintf("rope strided %v %s inverse %v", dt, what, inverse), y16, y32, tolOps))
 		}
 		for _, c := range [][4]int{{2, 5, 3, 8}, {1, 17, 4, 64}, {3, 1, 2, 2}} {
 			for which := 0; which < 2; which++ {
@@ -510,15 +387,9 @@ func TestMiscHalfRoPE(t *testing.T) {
 			}
 		}
 		strided("broadcast batch", vspec{shape: []int{3, 5, 8}, strides: []int{0, 8, 1}, off: 2}, 4, false)
-		md := manyDims()
-		md.shape = append(md.shape, 4)
-		for i := range md.strides {
-			md.strides[i] *= 4
-		}
-		md.strides = append(md.strides, 1)
-		strided("many dims", md, 4, false)
+		strided("many dims", manyDimsRows(4), 4, false)
 		strided("rank 2", vspec{shape: []int{5, 6}, strides: []int{10, 1}, off: 1}, 0, true)
-		t.Logf("rope %-8v worst %.2f ulp16 (%.2f of the bound)", dt, w.err, w.ofBound)
+		t.Logf("rope %-8v worst %.2f ulp16 (%.2f of the bound)", dt, w.ulps, w.ofBound)
 	}
 }
 
@@ -548,43 +419,16 @@ func TestMiscHalfSchedules(t *testing.T) {
 		labels = labels[:0]
 		var outs [][]uint32
 		dev := e.dev
-		v := func(b backend.Buffer, off int, shape ...int) backend.View {
-			return backend.View{Buf: b, Offset: off, Shape: shape, Strides: backend.ContiguousStrides(shape)}
-		}
+		v := contigView
 		read := func(what string, b backend.Buffer, k int) {
-			bits := make([]uint32, k)
-			switch b.DType() {
-			case backend.Float32:
-				h := make([]float32, k)
-				dev.Read(b, h)
-				for i, x := range h {
-					bits[i] = math.Float32bits(x)
-				}
-			case backend.Int32:
-				h := make([]int32, k)
-				dev.Read(b, h)
-				for i, x := range h {
-					bits[i] = uint32(x)
-				}
-			default:
-				h := make([]uint16, k)
-				dev.Read(b, h)
-				for i, x := range h {
-					bits[i] = uint32(x)
-				}
-			}
-			outs = append(outs, bits)
+			outs = append(outs, readBits(dev, b, k))
 			labels = append(labels, what)
 		}
 		targets := dev.Alloc(backend.Int32, len(tg))
 		dev.Write(targets, tg)
 		for _, dt := range halfTypes {
 			x := dev.Alloc(dt, n)
-			bits := make([]uint16, n)
-			for i, f := range host {
-				bits[i] = narrow16(dt, f)
-			}
-			dev.Write(x, bits)
+			dev.Write(x, narrowAll(dt, host))
 			for _, log := range []bool{false, true} {
 				y, dx := dev.Alloc(dt, 16*300), dev.Alloc(dt, 16*300)
 				dev.Softmax(v(y, 0, 16, 300), v(x, 0, 16, 300), log)
@@ -636,14 +480,14 @@ func TestMiscHalfSchedules(t *testing.T) {
 // with a message naming the kernel and the dtypes.
 func TestMiscHalfRefused(t *testing.T) {
 	e := newOpsEnv(t)
-	h, _ := e.newPair16(backend.Float16, contig(2, 4), e.normal)
-	bf, _ := e.newPair16(backend.BFloat16, contig(2, 4), e.normal)
+	h := e.newPair(backend.Float16, contig(2, 4), e.normal)
+	bf := e.newPair(backend.BFloat16, contig(2, 4), e.normal)
 	f := e.newPair(backend.Float32, contig(2, 4), e.normal)
-	h2, _ := e.newPair16(backend.Float16, contig(2), e.normal)
-	bf2, _ := e.newPair16(backend.BFloat16, contig(2), e.normal)
+	h2 := e.newPair(backend.Float16, contig(2), e.normal)
+	bf2 := e.newPair(backend.BFloat16, contig(2), e.normal)
 	f2 := e.newPair(backend.Float32, contig(2), e.normal)
 	i2 := e.newPair(backend.Int32, contig(2), func(i int) float64 { return float64(i) })
-	h1, _ := e.newPair16(backend.Float16, contig(1), e.normal)
+	h1 := e.newPair(backend.Float16, contig(1), e.normal)
 	f1 := e.newPair(backend.Float32, contig(1), e.normal)
 	for _, c := range []struct {
 		name string
@@ -676,16 +520,7 @@ func TestMiscHalfRefused(t *testing.T) {
 		{"rope f16←bf16", func() { e.dev.RoPE(h.dev, bf.dev, 0, 10000, false) }, []string{"rope_f32", "float16", "bfloat16"}},
 		{"rope strided f32←f16", func() { e.dev.RoPEStrided(f.dev, h.dev, 0, 10000, false) }, []string{"rope_f32", "float32", "float16"}},
 	} {
-		msg := opsPanic(c.fn)
-		if !strings.HasPrefix(msg, "metal: ") {
-			t.Errorf("%s: panic %q, want a metal: … message", c.name, msg)
-			continue
-		}
-		for _, w := range c.want {
-			if !strings.Contains(msg, w) {
-				t.Errorf("%s: panic %q does not name %s", c.name, msg, w)
-			}
-		}
+		wantPanic(t, c.name, c.fn, "metal: ", c.want...)
 	}
 }
 
@@ -696,10 +531,7 @@ func TestMiscHalfKernelNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := append(append(append([]string(nil), reduceKernels...), crossEntropyKernels...), fusedHalfKernels...)
-	for _, dt := range floatTypes {
-		names = append(names, kRoPEBy[dt], kSwiGLUBy[dt], kSwiGLUBackBy[dt], kSumSquaresBy[dt])
-	}
+	names := append(append(append(allNames(kRoPEBy), reduceKernels...), crossEntropyKernels...), fusedKernels...)
 	for _, k := range names {
 		if _, ok := idx[k]; !ok {
 			t.Errorf("kernel %s is not defined in kernels/*.metal", k)

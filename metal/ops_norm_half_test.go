@@ -11,14 +11,15 @@ package metal
 // Each case runs three times from the same values: the call under test
 // (16-bit views as given), the float32 kernels on the device with every
 // 16-bit input widened (the "float32 twin"), and the CPU backend on those
-// widened inputs. Two checks per output:
+// widened inputs. Two checks per output (check16, ops_half_test.go):
 //
 //   - Exact: the 16-bit kernels compute in float32 operation for operation
 //     as the float32 kernels do, so a float32 output (rstd, mean, a float32
 //     y or dx) has the twin's bits, and a 16-bit output is the twin's value
 //     rounded once to nearest even on the host (forge/half). This catches
 //     a wrong load or store type, a double rounding or a lost compensation
-//     bit for bit.
+//     bit for bit. Required on the emulator; on a GPU logged (its compiler
+//     may contract the two instances differently).
 //   - Against the CPU: the twin is within the float32 tests' tolerance
 //     opsTol·max(1, |want|) of the CPU's float32 result, and rounding once
 //     moves a value by at most half a unit in the last place of the 16-bit
@@ -29,7 +30,6 @@ package metal
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -59,90 +59,11 @@ func (e *opsEnv) nhIn(dt backend.DType, s vspec, gen func(int) float64) (t, f pa
 // the float32 twin (f.dev) and the CPU (f.ref), all filled with 7.
 func (e *opsEnv) nhOut(dt backend.DType, s vspec) (t, f pair) {
 	seven := func(int) float64 { return 7 }
-	if dt.IsHalf() {
-		t, _ = e.newPair16(dt, s, seven)
-	} else {
-		t = e.newPair(backend.Float32, s, seven)
-	}
-	return t, e.newPair(backend.Float32, s, seven)
-}
-
-// nhOpt is p's view picked by pick, or an absent view for an absent p.
-func nhOpt(p pair, pick func(pair) backend.View) backend.View {
-	if p.dev.Buf == nil {
-		return backend.View{}
-	}
-	return pick(p)
+	return e.newPair(dt, s, seven), e.newPair(backend.Float32, s, seven)
 }
 
 func nhDev(p pair) backend.View { return p.dev }
 func nhRef(p pair) backend.View { return p.ref }
-
-// nhCheck checks the output t of the call under test against f.dev (the
-// float32 twin; t must be it exactly, rounded once if 16-bit) and f.ref
-// (the CPU's float32 result; within the bound of the file comment), over
-// the whole buffers (elements outside the view are 7 in all). It adds the
-// largest error against the CPU to worst under label, as a fraction of the
-// bound and, for a 16-bit t, in units of ulp16 (over the elements where
-// ulp16/2 is the larger part of the bound).
-func (e *opsEnv) nhCheck(worst nhWorst, label, what string, t, f pair) {
-	e.t.Helper()
-	twin := make([]float32, f.n)
-	e.dev.Read(f.dev.Buf, twin)
-	cpu := make([]float32, f.n)
-	e.ref.Read(f.ref.Buf, cpu)
-	got := make([]float64, t.n)
-	badExact := false
-	if t.dt.IsHalf() {
-		h := make([]uint16, t.n)
-		e.dev.Read(t.dev.Buf, h)
-		for i, b := range h {
-			got[i] = float64(widen16(t.dt, b))
-			if want := narrow16(t.dt, twin[i]); b != want && !badExact {
-				e.t.Errorf("%s: element %d: %#04x (%g), the float32 kernel's %.9g rounds to %#04x",
-					what, i, b, got[i], twin[i], want)
-				badExact = true
-			}
-		}
-	} else {
-		g := make([]float32, t.n)
-		e.dev.Read(t.dev.Buf, g)
-		for i, x := range g {
-			got[i] = float64(x)
-			if math.Float32bits(x) != math.Float32bits(twin[i]) && !badExact {
-				e.t.Errorf("%s: element %d: %.9g, the float32 kernel gives %.9g", what, i, x, twin[i])
-				badExact = true
-			}
-		}
-	}
-	badCPU := false
-	frac, ulps := 0.0, 0.0
-	for i, g := range got {
-		w := float64(cpu[i])
-		if math.IsNaN(g) || math.IsNaN(w) || math.IsInf(g, 0) || math.IsInf(w, 0) {
-			if !(math.IsNaN(g) && math.IsNaN(w)) && g != w && !badCPU {
-				e.t.Errorf("%s: element %d: %g, the CPU's float32 result is %g", what, i, g, w)
-				badCPU = true
-			}
-			continue
-		}
-		d := math.Abs(g - w)
-		bound := opsTol * max(1, math.Abs(w))
-		if t.dt.IsHalf() {
-			u := ulp16(t.dt, max(math.Abs(g), math.Abs(w)))
-			if u/2 >= bound { // where rounding dominates the bound
-				ulps = max(ulps, d/u)
-			}
-			bound += u / 2
-		}
-		frac = max(frac, d/bound)
-		if d > bound && !badCPU {
-			e.t.Errorf("%s: element %d: %.9g, the CPU's float32 result %.9g (bound %.3g)", what, i, g, w, bound)
-			badCPU = true
-		}
-	}
-	worst.add(label, frac, ulps)
-}
 
 // nhDTypes are the (x, y, w) dtypes of the cases for 16-bit dtype dt: each
 // float32 or dt (dy has y's dtype, dx x's, b, dw and db w's).
@@ -160,25 +81,31 @@ func nhDTypes(dt backend.DType) [][3]backend.DType {
 	return out
 }
 
-// nhWorst collects by label the worst errors as fractions of their bounds
-// ([0]) and, for 16-bit outputs, in ulp16 ([1]; see nhCheck).
-type nhWorst map[string][2]float64
+// nhWorst collects check16 results by label (nhKind).
+type nhWorst map[string]halfWorst
 
-func (w nhWorst) add(label string, frac, ulps float64) {
-	o := w[label]
-	w[label] = [2]float64{max(o[0], frac), max(o[1], ulps)}
+func (w nhWorst) add(label string, o halfWorst) {
+	x := w[label]
+	x.add(o)
+	w[label] = x
 }
 
 func (w nhWorst) log(t *testing.T, title string) {
 	t.Helper()
 	var parts []string
+	inexact := 0
 	for _, k := range []string{"y", "rstd", "mean", "dx", "dw", "db"} {
 		if v, ok := w[k+" float32"]; ok {
-			parts = append(parts, fmt.Sprintf("%s float32 %.2g", k, v[0]))
+			parts = append(parts, fmt.Sprintf("%s float32 %.2g", k, v.ofBound))
+			inexact += v.inexact
 		}
 		if v, ok := w[k+" 16-bit"]; ok {
-			parts = append(parts, fmt.Sprintf("%s 16-bit %.3f (%.3f ulp16)", k, v[0], v[1]))
+			parts = append(parts, fmt.Sprintf("%s 16-bit %.3f (%.3f ulp16)", k, v.ofBound, v.ulps))
+			inexact += v.inexact
 		}
+	}
+	if inexact > 0 {
+		parts = append(parts, fmt.Sprintf("%d elements not the float32 kernel's result", inexact))
 	}
 	t.Logf("%s: worst error / bound: %s", title, strings.Join(parts, ", "))
 }
@@ -210,11 +137,11 @@ func TestNormHalfRMSNorm(t *testing.T) {
 					}
 					y, yf := e.nhOut(ydt, contig(n, c))
 					rs, rsf := e.nhOut(backend.Float32, contig(n))
-					e.dev.RMSNorm(y.dev, rs.dev, x.dev, nhOpt(w, nhDev), 1e-6)
-					e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, nhOpt(wf, nhDev), 1e-6)
-					e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, nhOpt(wf, nhRef), 1e-6)
-					e.nhCheck(worst, nhKind("y", ydt), what+" y", y, yf)
-					e.nhCheck(worst, "rstd float32", what+" rstd", rs, rsf)
+					e.dev.RMSNorm(y.dev, rs.dev, x.dev, optView(w, nhDev), 1e-6)
+					e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, optView(wf, nhDev), 1e-6)
+					e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, optView(wf, nhRef), 1e-6)
+					worst.add(nhKind("y", ydt), e.check16(what+" y", y, yf, tolOps))
+					worst.add("rstd float32", e.check16(what+" rstd", rs, rsf, tolOps))
 
 					// Backward from the CPU's rstd, dy of y's dtype, dx of x's,
 					// dw of w's (without w: 16-bit if x is).
@@ -230,14 +157,14 @@ func TestNormHalfRMSNorm(t *testing.T) {
 						if !withDX {
 							dx, dxf = pair{}, pair{}
 						}
-						e.dev.RMSNormBackward(nhOpt(dx, nhDev), dw.dev, dy.dev, x.dev, nhOpt(w, nhDev), rstd.dev)
-						e.dev.RMSNormBackward(nhOpt(dxf, nhDev), dwf.dev, dyf.dev, xf.dev, nhOpt(wf, nhDev), rstd.dev)
-						e.ref.RMSNormBackward(nhOpt(dxf, nhRef), dwf.ref, dyf.ref, xf.ref, nhOpt(wf, nhRef), rstd.ref)
+						e.dev.RMSNormBackward(optView(dx, nhDev), dw.dev, dy.dev, x.dev, optView(w, nhDev), rstd.dev)
+						e.dev.RMSNormBackward(optView(dxf, nhDev), dwf.dev, dyf.dev, xf.dev, optView(wf, nhDev), rstd.dev)
+						e.ref.RMSNormBackward(optView(dxf, nhRef), dwf.ref, dyf.ref, xf.ref, optView(wf, nhRef), rstd.ref)
 						bw := fmt.Sprintf("%s backward dx=%v dw %v", what, withDX, dwdt)
 						if withDX {
-							e.nhCheck(worst, nhKind("dx", xdt), bw+" dx", dx, dxf)
+							worst.add(nhKind("dx", xdt), e.check16(bw+" dx", dx, dxf, tolOps))
 						}
-						e.nhCheck(worst, nhKind("dw", dwdt), bw+" dw", dw, dwf)
+						worst.add(nhKind("dw", dwdt), e.check16(bw+" dw", dw, dwf, tolOps))
 					}
 				}
 			}
@@ -275,12 +202,12 @@ func TestNormHalfLayerNorm(t *testing.T) {
 					y, yf := e.nhOut(ydt, contig(n, c))
 					mu, muf := e.nhOut(backend.Float32, contig(n))
 					rs, rsf := e.nhOut(backend.Float32, contig(n))
-					e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, nhOpt(w, nhDev), nhOpt(b, nhDev), 1e-5)
-					e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, nhOpt(wf, nhDev), nhOpt(bf, nhDev), 1e-5)
-					e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, nhOpt(wf, nhRef), nhOpt(bf, nhRef), 1e-5)
-					e.nhCheck(worst, nhKind("y", ydt), what+" y", y, yf)
-					e.nhCheck(worst, "mean float32", what+" mean", mu, muf)
-					e.nhCheck(worst, "rstd float32", what+" rstd", rs, rsf)
+					e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, optView(w, nhDev), optView(b, nhDev), 1e-5)
+					e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, optView(wf, nhDev), optView(bf, nhDev), 1e-5)
+					e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, optView(wf, nhRef), optView(bf, nhRef), 1e-5)
+					worst.add(nhKind("y", ydt), e.check16(what+" y", y, yf, tolOps))
+					worst.add("mean float32", e.check16(what+" mean", mu, muf, tolOps))
+					worst.add("rstd float32", e.check16(what+" rstd", rs, rsf, tolOps))
 
 					mean, rstd := e.nfHostCopy(muf), e.nfHostCopy(rsf)
 					dy, dyf := e.nhIn(ydt, contig(n, c), e.normal)
@@ -302,18 +229,18 @@ func TestNormHalfLayerNorm(t *testing.T) {
 						if grads&4 != 0 {
 							db, dbf = e.nhOut(gdt, contig(c))
 						}
-						e.dev.LayerNormBackward(nhOpt(dx, nhDev), nhOpt(dw, nhDev), nhOpt(db, nhDev), dy.dev, x.dev, nhOpt(w, nhDev), mean.dev, rstd.dev)
-						e.dev.LayerNormBackward(nhOpt(dxf, nhDev), nhOpt(dwf, nhDev), nhOpt(dbf, nhDev), dyf.dev, xf.dev, nhOpt(wf, nhDev), mean.dev, rstd.dev)
-						e.ref.LayerNormBackward(nhOpt(dxf, nhRef), nhOpt(dwf, nhRef), nhOpt(dbf, nhRef), dyf.ref, xf.ref, nhOpt(wf, nhRef), mean.ref, rstd.ref)
+						e.dev.LayerNormBackward(optView(dx, nhDev), optView(dw, nhDev), optView(db, nhDev), dy.dev, x.dev, optView(w, nhDev), mean.dev, rstd.dev)
+						e.dev.LayerNormBackward(optView(dxf, nhDev), optView(dwf, nhDev), optView(dbf, nhDev), dyf.dev, xf.dev, optView(wf, nhDev), mean.dev, rstd.dev)
+						e.ref.LayerNormBackward(optView(dxf, nhRef), optView(dwf, nhRef), optView(dbf, nhRef), dyf.ref, xf.ref, optView(wf, nhRef), mean.ref, rstd.ref)
 						bw := fmt.Sprintf("%s backward grads %03b (dw/db %v)", what, grads, gdt)
 						if dx.dev.Buf != nil {
-							e.nhCheck(worst, nhKind("dx", xdt), bw+" dx", dx, dxf)
+							worst.add(nhKind("dx", xdt), e.check16(bw+" dx", dx, dxf, tolOps))
 						}
 						if dw.dev.Buf != nil {
-							e.nhCheck(worst, nhKind("dw", gdt), bw+" dw", dw, dwf)
+							worst.add(nhKind("dw", gdt), e.check16(bw+" dw", dw, dwf, tolOps))
 						}
 						if db.dev.Buf != nil {
-							e.nhCheck(worst, nhKind("db", gdt), bw+" db", db, dbf)
+							worst.add(nhKind("db", gdt), e.check16(bw+" db", db, dbf, tolOps))
 						}
 					}
 				}
@@ -340,8 +267,8 @@ func TestNormHalfLargeRows(t *testing.T) {
 			e.dev.RMSNorm(y.dev, rs.dev, x.dev, w.dev, 1e-6)
 			e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, wf.dev, 1e-6)
 			e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, wf.ref, 1e-6)
-			e.nhCheck(worst, nhKind("y", ydt), "rms_norm "+what+" y", y, yf)
-			e.nhCheck(worst, "rstd float32", "rms_norm "+what+" rstd", rs, rsf)
+			worst.add(nhKind("y", ydt), e.check16("rms_norm "+what+" y", y, yf, tolOps))
+			worst.add("rstd float32", e.check16("rms_norm "+what+" rstd", rs, rsf, tolOps))
 
 			y, yf = e.nhOut(ydt, contig(n, c))
 			mu, muf := e.nhOut(backend.Float32, contig(n))
@@ -349,9 +276,9 @@ func TestNormHalfLargeRows(t *testing.T) {
 			e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, w.dev, backend.View{}, 1e-5)
 			e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, wf.dev, backend.View{}, 1e-5)
 			e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, wf.ref, backend.View{}, 1e-5)
-			e.nhCheck(worst, nhKind("y", ydt), "layer_norm "+what+" y", y, yf)
-			e.nhCheck(worst, "mean float32", "layer_norm "+what+" mean", mu, muf)
-			e.nhCheck(worst, "rstd float32", "layer_norm "+what+" rstd", rs, rsf)
+			worst.add(nhKind("y", ydt), e.check16("layer_norm "+what+" y", y, yf, tolOps))
+			worst.add("mean float32", e.check16("layer_norm "+what+" mean", mu, muf, tolOps))
+			worst.add("rstd float32", e.check16("layer_norm "+what+" rstd", rs, rsf, tolOps))
 		}
 	}
 	worst.log(t, "bfloat16 x of 1e20")
@@ -383,9 +310,9 @@ func TestNormHalfParamGradBlocks(t *testing.T) {
 					e.dev.RMSNormBackward(backend.View{}, dw2.dev, dy.dev, x.dev, backend.View{}, rs.dev)
 					e.dev.RMSNormBackward(backend.View{}, dw2f.dev, dyf.dev, xf.dev, backend.View{}, rs.dev)
 					e.ref.RMSNormBackward(backend.View{}, dw2f.ref, dyf.ref, xf.ref, backend.View{}, rs.ref)
-					e.nhCheck(worst, nhKind("dw", gdt), "layer_norm dw "+what, dw, dwf)
-					e.nhCheck(worst, nhKind("db", gdt), "layer_norm db "+what, db, dbf)
-					e.nhCheck(worst, nhKind("dw", gdt), "rms_norm dw "+what, dw2, dw2f)
+					worst.add(nhKind("dw", gdt), e.check16("layer_norm dw "+what, dw, dwf, tolOps))
+					worst.add(nhKind("db", gdt), e.check16("layer_norm db "+what, db, dbf, tolOps))
+					worst.add(nhKind("dw", gdt), e.check16("rms_norm dw "+what, dw2, dw2f, tolOps))
 				}
 			}
 		}
@@ -415,38 +342,18 @@ func TestNormHalfSchedules(t *testing.T) {
 		var outs [][]uint32
 		labels = labels[:0]
 		dev := e.dev
-		v := func(b backend.Buffer, off int, shape ...int) backend.View {
-			return backend.View{Buf: b, Offset: off, Shape: shape, Strides: backend.ContiguousStrides(shape)}
-		}
+		v := contigView
 		up := func(dt backend.DType) backend.Buffer {
 			b := dev.Alloc(dt, n)
 			if dt == backend.Float32 {
 				dev.Write(b, host)
 				return b
 			}
-			bits := make([]uint16, n)
-			for i, x := range host {
-				bits[i] = narrow16(dt, x)
-			}
-			dev.Write(b, bits)
+			dev.Write(b, narrowAll(dt, host))
 			return b
 		}
 		read := func(label string, b backend.Buffer, k int) {
-			o := make([]uint32, k)
-			if b.DType() == backend.Float32 {
-				h := make([]float32, k)
-				dev.Read(b, h)
-				for i, x := range h {
-					o[i] = math.Float32bits(x)
-				}
-			} else {
-				h := make([]uint16, k)
-				dev.Read(b, h)
-				for i, x := range h {
-					o[i] = uint32(x)
-				}
-			}
-			outs = append(outs, o)
+			outs = append(outs, readBits(dev, b, k))
 			labels = append(labels, label)
 		}
 		for _, dt := range halfTypes {
@@ -487,14 +394,14 @@ func TestNormHalfSchedules(t *testing.T) {
 // naming the kernel and the dtypes.
 func TestNormHalfRefused(t *testing.T) {
 	e := newOpsEnv(t)
-	f16, _ := e.newPair16(backend.Float16, contig(2, 4), e.normal)
-	bf16, _ := e.newPair16(backend.BFloat16, contig(2, 4), e.normal)
-	w16, _ := e.newPair16(backend.Float16, contig(4), e.normal)
-	wbf, _ := e.newPair16(backend.BFloat16, contig(4), e.normal)
+	f16 := e.newPair(backend.Float16, contig(2, 4), e.normal)
+	bf16 := e.newPair(backend.BFloat16, contig(2, 4), e.normal)
+	w16 := e.newPair(backend.Float16, contig(4), e.normal)
+	wbf := e.newPair(backend.BFloat16, contig(4), e.normal)
 	f32 := e.newPair(backend.Float32, contig(2, 4), e.normal)
 	w32 := e.newPair(backend.Float32, contig(4), e.normal)
 	s32 := e.newPair(backend.Float32, contig(2), e.normal)
-	s16, _ := e.newPair16(backend.Float16, contig(2), e.normal)
+	s16 := e.newPair(backend.Float16, contig(2), e.normal)
 	i32 := e.newPair(backend.Int32, contig(2, 4), func(int) float64 { return 1 })
 	x, y, w, b, s, s2 := f16.dev, bf16.dev, w32.dev, wbf.dev, s32.dev, s16.dev
 	none := backend.View{}
@@ -517,16 +424,7 @@ func TestNormHalfRefused(t *testing.T) {
 		{"layer_norm_backward f16 rstd", kLayerNormBack, func() { e.dev.LayerNormBackward(x, none, none, x, x, w, s, s2) }, []string{"rstd must be float32", "rstd float16"}},
 		{"layer_norm_backward bf16 dw, f16 x", kLayerNormBack, func() { e.dev.LayerNormBackward(x, wbf.dev, none, x, x, none, s, s) }, []string{"dw bfloat16", "x float16"}},
 	} {
-		msg := opsPanic(c.fn)
-		if !strings.HasPrefix(msg, "metal: "+c.kernel+": ") {
-			t.Errorf("%s: panic %q, want it to start %q", c.name, msg, "metal: "+c.kernel+": ")
-			continue
-		}
-		for _, word := range c.words {
-			if !strings.Contains(msg, word) {
-				t.Errorf("%s: panic %q does not say %q", c.name, msg, word)
-			}
-		}
+		wantPanic(t, c.name, c.fn, "metal: "+c.kernel+": ", c.words...)
 	}
 }
 
@@ -537,9 +435,9 @@ func TestNormHalfKernelNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dt := range floatTypes {
-		k := normByDType[dt]
-		for _, name := range []string{k.rms, k.rmsBack, k.layer, k.layerBack, k.paramGrad, k.colSum} {
+	for _, names := range []byDType{kRMSNormBy, kRMSNormBackBy, kLayerNormBy, kLayerNormBackBy, kNormParamGradBy, kNormColSumBy} {
+		for _, dt := range floatTypes {
+			name := names[dt]
 			if _, ok := idx[name]; !ok {
 				t.Errorf("kernel %s is not defined in kernels/*.metal", name)
 			}

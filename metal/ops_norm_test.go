@@ -25,7 +25,8 @@ var nfNormShapes = [][2]int{{1, 1}, {3, 8}, {13, 5}, {9, 33}, {5, 512}, {4, 513}
 // nfNoView is an absent optional operand.
 var nfNoView = pair{}
 
-func (e *opsEnv) nfOpt(p pair, pick func(pair) backend.View) backend.View {
+// optView is p's view picked by pick, or an absent view for an absent p.
+func optView(p pair, pick func(pair) backend.View) backend.View {
 	if p.dev.Buf == nil {
 		return backend.View{}
 	}
@@ -46,7 +47,7 @@ func TestOpsRMSNorm(t *testing.T) {
 			y := e.newPair(backend.Float32, contig(n, c), func(int) float64 { return 7 })
 			rstd := e.newPair(backend.Float32, contig(n), func(int) float64 { return 7 })
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.RMSNorm(v(y), v(rstd), v(x), e.nfOpt(w, v), 1e-6)
+				be.RMSNorm(v(y), v(rstd), v(x), optView(w, v), 1e-6)
 			})
 			what := fmt.Sprintf("rms_norm %dx%d w=%v", n, c, withW)
 			worstF = max(worstF, e.compare(what+" y", y, opsTol), e.compare(what+" rstd", rstd, opsTol))
@@ -61,7 +62,7 @@ func TestOpsRMSNorm(t *testing.T) {
 					dw = e.newPair(backend.Float32, contig(c), func(int) float64 { return 7 })
 				}
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
-					be.RMSNormBackward(v(dx), e.nfOpt(dw, v), v(dy), v(x), e.nfOpt(w, v), v(rs))
+					be.RMSNormBackward(v(dx), optView(dw, v), v(dy), v(x), optView(w, v), v(rs))
 				})
 				what := fmt.Sprintf("rms_norm_backward %dx%d w=%v dw=%v", n, c, withW, withDW)
 				worstB = max(worstB, e.compare(what+" dx", dx, opsTol))
@@ -106,7 +107,7 @@ func TestOpsLayerNorm(t *testing.T) {
 			mean := e.newPair(backend.Float32, contig(n), func(int) float64 { return 7 })
 			rstd := e.newPair(backend.Float32, contig(n), func(int) float64 { return 7 })
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.LayerNorm(v(y), v(mean), v(rstd), v(x), e.nfOpt(w, v), e.nfOpt(bias, v), 1e-5)
+				be.LayerNorm(v(y), v(mean), v(rstd), v(x), optView(w, v), optView(bias, v), 1e-5)
 			})
 			what := fmt.Sprintf("layer_norm %dx%d w=%v b=%v shift=%v", n, c, withW, withB, shift)
 			worstF = max(worstF, e.compare(what+" y", y, opsTol), e.compare(what+" mean", mean, opsTol),
@@ -124,7 +125,7 @@ func TestOpsLayerNorm(t *testing.T) {
 					db = e.newPair(backend.Float32, contig(c), func(int) float64 { return 7 })
 				}
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
-					be.LayerNormBackward(v(dx), e.nfOpt(dw, v), e.nfOpt(db, v), v(dy), v(x), e.nfOpt(w, v), v(mu), v(rs))
+					be.LayerNormBackward(v(dx), optView(dw, v), optView(db, v), v(dy), v(x), optView(w, v), v(mu), v(rs))
 				})
 				what := fmt.Sprintf("layer_norm_backward %dx%d w=%v shift=%v dw=%v db=%v", n, c, withW, shift, grads&1 != 0, grads&2 != 0)
 				worstB = max(worstB, e.compare(what+" dx", dx, opsTol))
@@ -238,6 +239,18 @@ func nfQKVHead(b, tt, h, d, which int) (all, head vspec) {
 	return all, head
 }
 
+// manyDimsRows is manyDims with a contiguous last axis of d: rows of d
+// over more row axes than the kernels index.
+func manyDimsRows(d int) vspec {
+	md := manyDims()
+	md.shape = append(md.shape, d)
+	for i := range md.strides {
+		md.strides[i] *= d
+	}
+	md.strides = append(md.strides, 1)
+	return md
+}
+
 func TestOpsRoPEStrided(t *testing.T) {
 	e := newOpsEnv(t)
 	var _ backend.StridedRoPE = e.dev
@@ -261,12 +274,7 @@ func TestOpsRoPEStrided(t *testing.T) {
 	}
 	// More row axes than the kernel indexes (a contiguous copy first), and
 	// rank 2.
-	md := manyDims()
-	md.shape = append(md.shape, 4)
-	for i := range md.strides {
-		md.strides[i] *= 4
-	}
-	md.strides = append(md.strides, 1)
+	md := manyDimsRows(4)
 	x := e.newPair(backend.Float32, md, e.normal)
 	y := e.newPair(backend.Float32, contig(md.shape...), func(int) float64 { return 7 })
 	e.both(func(be backend.Backend, v func(pair) backend.View) {
@@ -465,18 +473,8 @@ func TestOpsNormFusedSchedules(t *testing.T) {
 			dev.Write(b, in[:k])
 			return b
 		}
-		v := func(b backend.Buffer, off int, shape ...int) backend.View {
-			return backend.View{Buf: b, Offset: off, Shape: shape, Strides: backend.ContiguousStrides(shape)}
-		}
-		read := func(b backend.Buffer, k int) {
-			h := make([]float32, k)
-			dev.Read(b, h)
-			bits := make([]uint32, k)
-			for i, x := range h {
-				bits[i] = math.Float32bits(x)
-			}
-			outs = append(outs, bits)
-		}
+		v := contigView
+		read := func(b backend.Buffer, k int) { outs = append(outs, readBits(dev, b, k)) }
 		x := up(n)
 		for _, sh := range [][2]int{{24, 1000}, {300, 40}} {
 			r, c := sh[0], sh[1]
@@ -515,24 +513,19 @@ func TestOpsNormFusedSchedules(t *testing.T) {
 }
 
 func TestOpsNormFusedFloat64Refused(t *testing.T) {
-	f64 := backend.View{Buf: f64Buf{}, Shape: []int{2}, Strides: []int{1}}
-	b := &Backend{}
-	for name, fn := range map[string]func(){
-		kRMSNorm:       func() { b.RMSNorm(f64, f64, f64, f64, 1e-5) },
-		kRMSNormBack:   func() { b.RMSNormBackward(f64, f64, f64, f64, f64, f64) },
-		kLayerNorm:     func() { b.LayerNorm(f64, f64, f64, f64, f64, f64, 1e-5) },
-		kLayerNormBack: func() { b.LayerNormBackward(f64, f64, f64, f64, f64, f64, f64, f64) },
-		kRoPE:          func() { b.RoPE(f64, f64, 0, 10000, false) },
-		kSwiGLU:        func() { b.SwiGLU(f64, f64, f64) },
-		kSwiGLUBack:    func() { b.SwiGLUBackward(f64, f64, f64, f64, f64) },
-		kSumSquares:    func() { b.SumSquares(f64, f64) },
-		kAdamW:         func() { b.AdamW(f64, f64, f64, f64, backend.AdamWParams{Step: 1}) },
-	} {
-		msg := opsPanic(fn)
-		if want := "metal: " + name + ": float64 is not supported"; len(msg) < len(want) || msg[:len(want)] != want {
-			t.Errorf("%s on float64: panic %q, want it to start %q", name, msg, want)
+	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
+		return map[string]func(){
+			kRMSNorm:       func() { b.RMSNorm(f64, f64, f64, f64, 1e-5) },
+			kRMSNormBack:   func() { b.RMSNormBackward(f64, f64, f64, f64, f64, f64) },
+			kLayerNorm:     func() { b.LayerNorm(f64, f64, f64, f64, f64, f64, 1e-5) },
+			kLayerNormBack: func() { b.LayerNormBackward(f64, f64, f64, f64, f64, f64, f64, f64) },
+			kRoPE:          func() { b.RoPE(f64, f64, 0, 10000, false) },
+			kSwiGLU:        func() { b.SwiGLU(f64, f64, f64) },
+			kSwiGLUBack:    func() { b.SwiGLUBackward(f64, f64, f64, f64, f64) },
+			kSumSquares:    func() { b.SumSquares(f64, f64) },
+			kAdamW:         func() { b.AdamW(f64, f64, f64, f64, backend.AdamWParams{Step: 1}) },
 		}
-	}
+	})
 }
 
 func TestOpsNormFusedKernelNames(t *testing.T) {
@@ -540,8 +533,8 @@ func TestOpsNormFusedKernelNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{kRMSNorm, kRMSNormBack, kLayerNorm, kLayerNormBack, kNormParamGrad, kNormColSum,
-		kRoPE, kSwiGLU, kSwiGLUBack, kSumSquares, kAdamW} {
+	for _, k := range []string{kRMSNorm, kRMSNormBack, kLayerNorm, kLayerNormBack, kNormParamGradBy[backend.Float32],
+		kNormColSumBy[backend.Float32], kRoPE, kSwiGLU, kSwiGLUBack, kSumSquares, kAdamW} {
 		if _, ok := idx[k]; !ok {
 			t.Errorf("kernel %s is not defined in kernels/*.metal", k)
 		}
@@ -569,19 +562,7 @@ func nfULPs(a, b float32) int64 {
 // ./metal); they measure the emulation, not a GPU.
 func BenchmarkOpsNormFused(b *testing.B) {
 	dev := opsBenchDevice(b)
-	up := func(shape ...int) backend.View {
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		buf := dev.Alloc(backend.Float32, n)
-		h := make([]float32, n)
-		for i := range h {
-			h[i] = float32(i%17)/17 + 0.1
-		}
-		dev.Write(buf, h)
-		return backend.View{Buf: buf, Shape: shape, Strides: backend.ContiguousStrides(shape)}
-	}
+	up := func(shape ...int) backend.View { return benchView(dev, 0.1, shape...) }
 	bench := func(name string, fn func()) {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {

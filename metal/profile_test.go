@@ -33,9 +33,7 @@ func TestObserverGetsGPUTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := forge.DefaultDevice()
-	forge.SetDefaultDevice(dev)
-	defer forge.SetDefaultDevice(prev)
+	useDevice(t, dev)
 
 	a := forge.Full(1, 4, 4) // queued, unobserved
 	var calls []forge.KernelCall

@@ -101,15 +101,7 @@ func TestNoReuseBeforeCompletion(t *testing.T) {
 	mem := at(x)
 	b.fillU32(x, 1000, 7)
 	b.Free(x)
-	y := b.Alloc(backend.Float32, 1000)
-	if at(y) == mem {
-		t.Fatal("a freed buffer used by the pending command buffer was handed out again")
-	}
-	b.Sync()
-	z := b.Alloc(backend.Float32, 1000)
-	if at(z) != mem {
-		t.Fatal("a freed buffer was not recycled after its command buffer completed")
-	}
+	reusedAfterSync(t, b, 1000, mem, "freed")
 	if st := b.PoolStats(); st.NewBufs != 1 {
 		t.Fatalf("pool allocated %d driver buffers, want 1 slab", st.NewBufs)
 	}
@@ -148,14 +140,22 @@ func TestNoReuseAfterGCBeforeCompletion(t *testing.T) {
 	}()
 	// x is unreachable: its cleanup queues the block.
 	waitReleased(t, b, 1)
-	y := b.Alloc(backend.Float32, 5000)
+	reusedAfterSync(t, b, 5000, mem, "collected")
+}
+
+// reusedAfterSync requires the block at mem, released (how) while the
+// pending command buffer uses it, not to be handed out to an Alloc of n
+// float32s before Sync, and to be after.
+func reusedAfterSync(t *testing.T, b *Backend, n int, mem where, how string) {
+	t.Helper()
+	y := b.Alloc(backend.Float32, n)
 	if at(y) == mem {
-		t.Fatal("a collected buffer used by the pending command buffer was handed out again")
+		t.Fatalf("a %s buffer used by the pending command buffer was handed out again", how)
 	}
 	b.Sync()
-	z := b.Alloc(backend.Float32, 5000)
+	z := b.Alloc(backend.Float32, n)
 	if at(z) != mem {
-		t.Fatal("a collected buffer was not recycled after its command buffer completed")
+		t.Fatalf("a %s buffer was not recycled after its command buffer completed", how)
 	}
 	runtime.KeepAlive(y)
 	runtime.KeepAlive(z)

@@ -81,6 +81,44 @@ type stepStats struct {
 	cbs, waits, syncs, dispatches int64
 }
 
+// trainDevices opens the devices of a training test, which -short skips:
+// the test device (and its Backend) and the CPU.
+func trainDevices(t *testing.T) (dev *forge.Device, mb *Backend, cpuDev *forge.Device) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("trains on the emulator")
+	}
+	dev = openTestDevice(t)
+	cpuDev, err := forge.OpenDevice("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dev, dev.Backend().(*Backend), cpuDev
+}
+
+// useDevice makes dev the default device until the test ends.
+func useDevice(t *testing.T, dev *forge.Device) {
+	prev := forge.DefaultDevice()
+	forge.SetDefaultDevice(dev)
+	t.Cleanup(func() { forge.SetDefaultDevice(prev) })
+}
+
+// newTrainer builds cfg's model and a trainer on the seeded batches
+// (seqBatches) on the default device; it panics on an error (call it in
+// forge.Try).
+func newTrainer(cfg train.Config) (*gpt.Model, *train.Trainer) {
+	m, err := gpt.New(cfg.Model, cfg.Seed)
+	if err != nil {
+		panic(err)
+	}
+	src := &seqBatches{rng: rand.New(rand.NewPCG(cfg.Seed, 11)), vocab: cfg.Model.Vocab, b: cfg.Batch, tt: cfg.Model.Context}
+	tr, err := train.NewTrainer(cfg, m, src, nil)
+	if err != nil {
+		panic(err)
+	}
+	return m, tr
+}
+
 // trainRun trains cfg for steps steps on dev (the default device for the
 // duration) and returns the records, the final weights by name and, on a
 // Metal device, each step's stream counts.
@@ -90,15 +128,7 @@ func trainRun(dev *forge.Device, cfg train.Config, steps int) (ms []train.Metric
 	defer forge.SetDefaultDevice(prev)
 	mb, _ := dev.Backend().(*Backend)
 	err = forge.Try(func() {
-		m, err := gpt.New(cfg.Model, cfg.Seed)
-		if err != nil {
-			panic(err)
-		}
-		src := &seqBatches{rng: rand.New(rand.NewPCG(cfg.Seed, 11)), vocab: cfg.Model.Vocab, b: cfg.Batch, tt: cfg.Model.Context}
-		tr, err := train.NewTrainer(cfg, m, src, nil)
-		if err != nil {
-			panic(err)
-		}
+		m, tr := newTrainer(cfg)
 		dev.Sync() // the initial weights and moments: not part of a step
 		for range steps {
 			var before StreamStats
@@ -145,17 +175,9 @@ func pendingOrFail(t *testing.T, b *Backend, err error) {
 // step is two command buffers (one per micro-batch, the first submitted
 // when its backward is queued) and still one wait for the whole step.
 func TestTrainMatchesCPU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains on the emulator")
-	}
-	dev := openTestDevice(t)
-	mb := dev.Backend().(*Backend)
+	dev, mb, cpuDev := trainDevices(t)
 	if c := trainConfig(1); func() bool { s, _ := mb.splitKPlan(c.Model.Dim, c.Model.Dim, c.Batch*c.Model.Context); return s < 2 }() {
 		t.Errorf("the weight gradients of the test model (%d × %d × %d) would not take the split-K path", c.Model.Dim, c.Model.Dim, c.Batch*c.Model.Context)
-	}
-	cpuDev, err := forge.OpenDevice("cpu")
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, tc := range []struct{ accum, steps int }{{1, 5}, {2, 2}} {
 		t.Run(fmt.Sprintf("accum%d", tc.accum), func(t *testing.T) {
@@ -338,27 +360,13 @@ func restoreSchedule(drv *emu.Driver) {
 // recorded with its device time (each in a command buffer of its own while
 // profiling), and the next unprofiled step is again one command buffer.
 func TestTrainStepProfile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains on the emulator")
-	}
-	dev := openTestDevice(t)
-	mb := dev.Backend().(*Backend)
-	prev := forge.DefaultDevice()
-	forge.SetDefaultDevice(dev)
-	defer forge.SetDefaultDevice(prev)
-	cfg := trainConfig(1)
+	dev, mb, _ := trainDevices(t)
+	useDevice(t, dev)
 	var tr *train.Trainer
 	var p *profile.Profile
 	var cbs, dispatches int64
 	err := forge.Try(func() {
-		m, err := gpt.New(cfg.Model, cfg.Seed)
-		if err != nil {
-			panic(err)
-		}
-		src := &seqBatches{rng: rand.New(rand.NewPCG(cfg.Seed, 11)), vocab: cfg.Model.Vocab, b: cfg.Batch, tt: cfg.Model.Context}
-		if tr, err = train.NewTrainer(cfg, m, src, nil); err != nil {
-			panic(err)
-		}
+		_, tr = newTrainer(trainConfig(1))
 		tr.Step()
 		before := mb.StreamStats()
 		p = profile.Run(func() { tr.Step() })
