@@ -143,14 +143,7 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 		if t.Numel() != 1 {
 			panic(errorf("backward", "needs a scalar, got shape %v; pass an upstream gradient of that shape", t.shape))
 		}
-		// The seed is written from the host, not filled by a kernel: a
-		// backward that reads its upstream gradient on the host (the
-		// cross-entropy's scale) then reads memory no queued kernel
-		// writes, and a queueing device (Metal) need not wait.
-		g = fromFloat64s("backward", t.dtype, []float64{1}, t.shape)
-		if g.dev != t.dev {
-			g = g.To(t.dev)
-		}
+		g = OnesLike(t)
 	}
 
 	order := topoSort(t)

@@ -392,12 +392,14 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 	var loss *Tensor
 	NoGrad(func() { loss = rowLoss.Sum().MulScalar(1 / float64(count)) })
 	return record(loss, "cross_entropy", []*Tensor{x}, func(g *Tensor) []*Tensor {
-		scale := g.Item() / float64(count)
+		// g, the loss's gradient, stays where it is: the kernel reads it
+		// (a queueing device never waits for it).
+		g = g.Contiguous()
 		dx := newTensor(g.dev, x.dtype, x.shape)
 		dx2 := dx.view([]int{n, vocab}, []int{vocab, 1}, 0)
 		launch(g.dev, kcall{name: "cross_entropy.backward", dt: x.dtype, shapes: shapesOf(x2, tg1, dx2), bytes: bytesOf(x2, tg1, lse, dx2), flops: 3 * int64(x.Numel())},
 			func(be backend.Backend) {
-				be.CrossEntropyBackward(dx2.bv(), x2.bv(), lse.bv(), tg1.bv(), ignoreIndex, scale)
+				be.CrossEntropyBackward(dx2.bv(), x2.bv(), lse.bv(), tg1.bv(), g.bv(), ignoreIndex, 1/float64(count))
 			})
 		return []*Tensor{dx}
 	})

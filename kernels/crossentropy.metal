@@ -36,10 +36,20 @@
 // its own elements after it, so dlogits may be the logits' own buffer
 // (the in-place update of llm.c).
 //
+// The backward's scale is p.scale, times the upstream gradient g[0]
+// (buffer 5, float32) with the constant ce_upstream — the loss's gradient
+// read on the device, so that a backward never waits for it.
+//
 // A target outside [0, V) that is not ignore (forge rejects those) gives a
 // NaN loss / NaN gradient row rather than an out-of-bounds read.
+//
+// Function constants:
+//   0 ce_upstream (bool): cross_entropy_backward_*: multiply the scale by
+//                         g[0].
 #include <metal_stdlib>
 using namespace metal;
+
+constant bool ce_upstream [[function_constant(0)]];
 
 enum : uint { CE_MAX_SIMDGROUPS = 32 };
 enum : uint { CE_WRITE_LOSS = 1, CE_WRITE_LSE = 2, CE_HAS_IGNORE = 4 };
@@ -187,6 +197,7 @@ kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
                                      const device float* lse [[buffer(2)]],
                                      const device int* targets [[buffer(3)]],
                                      constant CrossEntropyParams& p [[buffer(4)]],
+                                     const device float* g [[buffer(5)]],
                                      uint3 tgpos [[threadgroup_position_in_grid]],
                                      uint3 ntg [[threadgroups_per_grid]],
                                      uint tid [[thread_index_in_threadgroup]],
@@ -204,6 +215,7 @@ kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
     const device T* xr = logits + ulong(row) * p.cols;
     device T* dr = dlogits + ulong(row) * p.cols;
     const int t = targets[int(row) * p.tstride];
+    const float scale = ce_upstream ? p.scale * g[0] : p.scale;
 
     // Uniform over the threadgroup: no barrier is left waiting.
     if ((p.flags & CE_HAS_IGNORE) != 0 && t == p.ignore) {
@@ -255,14 +267,14 @@ kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
 
     // Pass 2.
     if (s > 0.0f && s < INFINITY) {
-        const float f = p.scale / s;
+        const float f = scale / s;
         for (uint j = tid; j < p.cols; j += tsize) {
             dr[j] = forge_narrow<T>(j == uint(t) ? -(so * f) : exp(forge_widen(xr[j]) - m) * f);
         }
     } else {
         const float L = lse[row];
         for (uint j = tid; j < p.cols; j += tsize) {
-            dr[j] = forge_narrow<T>(j == uint(t) ? p.scale * (exp(xt - L) - 1.0f) : p.scale * exp(forge_widen(xr[j]) - L));
+            dr[j] = forge_narrow<T>(j == uint(t) ? scale * (exp(xt - L) - 1.0f) : scale * exp(forge_widen(xr[j]) - L));
         }
     }
 }
@@ -270,6 +282,6 @@ kernel void cross_entropy_backward_t(device T* dlogits [[buffer(0)]],
 template [[host_name("cross_entropy_f32")]] [[kernel]] void cross_entropy_t<float>(device float*, device float*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
 template [[host_name("cross_entropy_f16")]] [[kernel]] void cross_entropy_t<half>(device float*, device float*, const device half*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
 template [[host_name("cross_entropy_bf16")]] [[kernel]] void cross_entropy_t<bfloat>(device float*, device float*, const device bfloat*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
-template [[host_name("cross_entropy_backward_f32")]] [[kernel]] void cross_entropy_backward_t<float>(device float*, const device float*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
-template [[host_name("cross_entropy_backward_f16")]] [[kernel]] void cross_entropy_backward_t<half>(device half*, const device half*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
-template [[host_name("cross_entropy_backward_bf16")]] [[kernel]] void cross_entropy_backward_t<bfloat>(device bfloat*, const device bfloat*, const device float*, const device int*, constant CrossEntropyParams&, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_backward_f32")]] [[kernel]] void cross_entropy_backward_t<float>(device float*, const device float*, const device float*, const device int*, constant CrossEntropyParams&, const device float*, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_backward_f16")]] [[kernel]] void cross_entropy_backward_t<half>(device half*, const device half*, const device float*, const device int*, constant CrossEntropyParams&, const device float*, uint3, uint3, uint, uint, uint, uint, uint);
+template [[host_name("cross_entropy_backward_bf16")]] [[kernel]] void cross_entropy_backward_t<bfloat>(device bfloat*, const device bfloat*, const device float*, const device int*, constant CrossEntropyParams&, const device float*, uint3, uint3, uint, uint, uint, uint, uint);

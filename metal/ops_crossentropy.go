@@ -11,6 +11,7 @@ import (
 	"math"
 
 	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/metal/driver"
 )
 
 var (
@@ -20,6 +21,15 @@ var (
 	// The ops' names in panics: their float32 kernels.
 	kCrossEntropy     = kCrossEntropyBy[backend.Float32]
 	kCrossEntropyBack = kCrossEntropyBackBy[backend.Float32]
+
+	// kCEBackKeys are the backward's pipelines by dtype, without and with
+	// the upstream gradient g (constant 0, ce_upstream).
+	kCEBackKeys = func() (k [backend.BFloat16 + 1][2]driver.PipelineKey) {
+		for _, dt := range floatTypes {
+			k[dt] = [2]driver.PipelineKey{pkey(kCrossEntropyBackBy[dt], cBool(0, false)), pkey(kCrossEntropyBackBy[dt], cBool(0, true))}
+		}
+		return k
+	}()
 )
 
 // crossEntropyKernels lists the kernels of this file (for the tests).
@@ -78,8 +88,7 @@ func ceSetup(kernel string, logits, dlogits, targets backend.View, ignore int, f
 // ceRun launches cross-entropy row kernel over n rows of v, one
 // threadgroup per row: up to 1024 threads for few rows (a large vocabulary
 // then still spreads over the device), 256 for many.
-func (b *Backend) ceRun(kernel string, n, v int, args ...kernelArg) {
-	key := pkey(kernel)
+func (b *Backend) ceRun(kernel string, key driver.PipelineKey, n, v int, args ...kernelArg) {
 	most := 256
 	if n < 64 {
 		most = 1024
@@ -102,16 +111,20 @@ func (b *Backend) CrossEntropy(loss, lse, logits, targets backend.View, ignore i
 	if lse.Buf != nil {
 		prm.Flags |= ceWriteLSE
 	}
-	b.ceRun(kCrossEntropyBy[dt], n, v, b.arg(loss), b.arg(lse), b.arg(logits), b.arg(targets), bytesArg(prm))
+	b.ceRun(kCrossEntropyBy[dt], pkey(kCrossEntropyBy[dt]), n, v, b.arg(loss), b.arg(lse), b.arg(logits), b.arg(targets), bytesArg(prm))
 }
 
-// CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
-// onehot(target)) from the saved lse, zero rows where target == ignore.
+// CrossEntropyBackward writes dlogits = g·scale·(softmax(logits) −
+// onehot(target)) from the saved lse, zero rows where target == ignore;
+// g (one float32 element, or a nil Buf for 1) is read on the device.
 // dlogits may be logits itself (the same view: an in-place update).
 // dlogits has the logits' dtype (float32, float16 or bfloat16: float32
 // math, a 16-bit dlogits rounded once); lse is float32.
-func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.View, ignore int, scale float64) {
-	dt, n, v, prm := ceSetup(kCrossEntropyBack, logits, dlogits, targets, ignore, lse)
+func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets, g backend.View, ignore int, scale float64) {
+	dt, n, v, prm := ceSetup(kCrossEntropyBack, logits, dlogits, targets, ignore, lse, g)
+	if g.Buf != nil && g.Numel() != 1 {
+		panic(fmt.Sprintf("metal: %s: upstream gradient %v must hold one element", kCrossEntropyBack, g.Shape))
+	}
 	if n == 0 || v == 0 {
 		return
 	}
@@ -120,5 +133,10 @@ func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.Vie
 		panic(fmt.Sprintf("metal: %s: dlogits must be contiguous", kernel))
 	}
 	prm.Scale = float32(scale)
-	b.ceRun(kernel, n, v, b.arg(dlogits), b.arg(logits), b.arg(lse), b.arg(targets), bytesArg(prm))
+	key := kCEBackKeys[dt][0]
+	if g.Buf != nil {
+		key = kCEBackKeys[dt][1]
+	}
+	// Without g, buffer 5 is bound to a placeholder the kernel never reads.
+	b.ceRun(kernel, key, n, v, b.arg(dlogits), b.arg(logits), b.arg(lse), b.arg(targets), bytesArg(prm), b.arg(g))
 }

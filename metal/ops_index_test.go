@@ -328,11 +328,11 @@ func TestOpsCrossEntropy(t *testing.T) {
 			scale := 0.7 / float64(c.n)
 			dl := e.newPair(backend.Float32, contig(c.n, c.v), func(int) float64 { return 3 })
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.CrossEntropyBackward(v(dl), v(logits), v(lse2), v(targets), ign, scale)
+				be.CrossEntropyBackward(v(dl), v(logits), v(lse2), v(targets), backend.View{}, ign, scale)
 			})
 			worstGrad = max(worstGrad, e.ceRelErr(what+" backward", dl, 2e-5, 1e-30))
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.CrossEntropyBackward(v(logits), v(logits), v(lse2), v(targets), ign, scale)
+				be.CrossEntropyBackward(v(logits), v(logits), v(lse2), v(targets), backend.View{}, ign, scale)
 			})
 			worstGrad = max(worstGrad, e.ceRelErr(what+" backward in place", logits, 2e-5, 1e-30))
 		}
@@ -353,7 +353,7 @@ func TestOpsCrossEntropy(t *testing.T) {
 		e.compare(fmt.Sprintf("cross_entropy of %v lse", r), lse, opsTol)
 		dl := e.newPair(backend.Float32, contig(3, 4), func(int) float64 { return 3 })
 		e.both(func(be backend.Backend, v func(pair) backend.View) {
-			be.CrossEntropyBackward(v(dl), v(logits), v(lse), v(targets), ignore, 0.5)
+			be.CrossEntropyBackward(v(dl), v(logits), v(lse), v(targets), backend.View{}, ignore, 0.5)
 		})
 		e.compare(fmt.Sprintf("cross_entropy_backward of %v", r), dl, opsTol)
 	}
@@ -371,13 +371,13 @@ func TestOpsCrossEntropy(t *testing.T) {
 	lse := e.newPair(backend.Float32, contig(2), func(i int) float64 { return float64(lh[i]) + []float64{0.5, -0.25}[i] })
 	dl := e.newPair(backend.Float32, contig(2, 3), func(int) float64 { return 3 })
 	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropyBackward(v(dl), v(logits), v(lse), v(targets), ignore, 0.25)
+		be.CrossEntropyBackward(v(dl), v(logits), v(lse), v(targets), backend.View{}, ignore, 0.25)
 	})
 	e.ceRelErr("cross_entropy_backward with an lse off by 0.5 and -0.25", dl, 2e-5, 1e-30)
 	nanRow := e.newPair(backend.Float32, contig(2, 3), func(i int) float64 { return []float64{1, math.NaN(), -2, 0.5, 3, math.Inf(1)}[i] })
 	lseFin := e.newPair(backend.Float32, contig(2), func(i int) float64 { return []float64{1.5, 4}[i] })
 	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropyBackward(v(dl), v(nanRow), v(lseFin), v(targets), ignore, 0.25)
+		be.CrossEntropyBackward(v(dl), v(nanRow), v(lseFin), v(targets), backend.View{}, ignore, 0.25)
 	})
 	e.ceRelErr("cross_entropy_backward of NaN/+Inf rows with a finite lse", dl, 2e-5, 1e-30)
 	lse3 := e.newPair(backend.Float32, contig(2), func(int) float64 { return 3 })
@@ -402,7 +402,7 @@ func TestOpsCrossEntropyManyRows(t *testing.T) {
 	e.compare("cross_entropy of many rows: loss", loss, opsTol)
 	e.compare("cross_entropy of many rows: lse", lse, opsTol)
 	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropyBackward(v(logits), v(logits), v(lse), v(targets), 1, 1)
+		be.CrossEntropyBackward(v(logits), v(logits), v(lse), v(targets), backend.View{}, 1, 1)
 	})
 	e.compare("cross_entropy_backward of many rows", logits, opsTol)
 }
@@ -415,7 +415,7 @@ func TestOpsIndexFloat64Refused(t *testing.T) {
 			kGather:           func() { b.Gather(f64, f64, f64, 0) },
 			kScatterAdd:       func() { b.ScatterAdd(f64, f64, f64, 0) },
 			kCrossEntropy:     func() { b.CrossEntropy(f64, f64, f64, f64, -1) },
-			kCrossEntropyBack: func() { b.CrossEntropyBackward(f64, f64, f64, f64, -1, 1) },
+			kCrossEntropyBack: func() { b.CrossEntropyBackward(f64, f64, f64, f64, backend.View{}, -1, 1) },
 		}
 	})
 }
@@ -491,7 +491,7 @@ func TestOpsIndexSchedules(t *testing.T) {
 		e.dev.CrossEntropy(vw(loss, n), vw(lse, n), vw(lb, n, v), vw(tb, n), -1)
 		read(loss, n)
 		read(lse, n)
-		e.dev.CrossEntropyBackward(vw(lb, n, v), vw(lb, n, v), vw(lse, n), vw(tb, n), -1, 0.125)
+		e.dev.CrossEntropyBackward(vw(lb, n, v), vw(lb, n, v), vw(lse, n), vw(tb, n), backend.View{}, -1, 0.125)
 		read(lb, n*v)
 		return outs
 	}
@@ -573,9 +573,28 @@ func BenchmarkOpsIndex(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("cross_entropy_backward_%dx%d", n, v), func(b *testing.B) {
 			for b.Loop() {
-				dev.CrossEntropyBackward(dl, lg, lse, tg, -1, 1)
+				dev.CrossEntropyBackward(dl, lg, lse, tg, backend.View{}, -1, 1)
 				dev.Sync()
 			}
 		})
 	}
+}
+
+// TestOpsCrossEntropyUpstream: the backward's upstream gradient g, read on
+// the device, multiplies the scale as on the CPU, for every logits dtype's
+// float32 g.
+func TestOpsCrossEntropyUpstream(t *testing.T) {
+	e := newOpsEnv(t)
+	const n, v, ignore = 6, 37, 4
+	tg := []int32{1, ignore, 36, 0, 5, 12}
+	targets := e.ceTargetPair(tg, ignore)
+	logits := e.newPair(backend.Float32, contig(n, v), e.normal)
+	lse := e.newPair(backend.Float32, contig(n), func(int) float64 { return 0 })
+	g := e.newPair(backend.Float32, contig(1), func(int) float64 { return -2.5 })
+	dl := e.newPair(backend.Float32, contig(n, v), func(int) float64 { return 7 })
+	e.both(func(be backend.Backend, p func(pair) backend.View) {
+		be.CrossEntropy(backend.View{}, p(lse), p(logits), p(targets), ignore)
+		be.CrossEntropyBackward(p(dl), p(logits), p(lse), p(targets), p(g), ignore, 1.0/5)
+	})
+	e.compare("cross_entropy_backward with g = −2.5", dl, opsTol)
 }

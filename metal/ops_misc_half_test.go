@@ -140,14 +140,14 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 				lse2 := e.newPair(backend.Float32, contig(c.n), func(i int) float64 { return float64(lh[i]) })
 				scale := 0.7 / float64(c.n)
 				dl16, dl32 := e.newPair16(dt, contig(c.n, c.v), mhFill(3))
-				e.dev.CrossEntropyBackward(dl16.dev, lg16.dev, lse2.dev, targets.dev, ign, scale)
+				e.dev.CrossEntropyBackward(dl16.dev, lg16.dev, lse2.dev, targets.dev, backend.View{}, ign, scale)
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
-					be.CrossEntropyBackward(v(dl32), v(lg32), v(lse2), v(targets), ign, scale)
+					be.CrossEntropyBackward(v(dl32), v(lg32), v(lse2), v(targets), backend.View{}, ign, scale)
 				})
 				grad.add(e.check16(what+" backward", dl16, dl32, ceGradTol))
-				e.dev.CrossEntropyBackward(lg16.dev, lg16.dev, lse2.dev, targets.dev, ign, scale)
+				e.dev.CrossEntropyBackward(lg16.dev, lg16.dev, lse2.dev, targets.dev, backend.View{}, ign, scale)
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
-					be.CrossEntropyBackward(v(lg32), v(lg32), v(lse2), v(targets), ign, scale)
+					be.CrossEntropyBackward(v(lg32), v(lg32), v(lse2), v(targets), backend.View{}, ign, scale)
 				})
 				grad.add(e.check16(what+" backward in place", lg16, lg32, ceGradTol))
 			}
@@ -167,9 +167,9 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 			e.check16(what+" loss", lossH, loss32, tolOps)
 			e.check16(what+" lse", lseH, lse32, tolOps)
 			dl16, dl32 := e.newPair16(dt, contig(3, 4), mhFill(3))
-			e.dev.CrossEntropyBackward(dl16.dev, lg16.dev, lseH.dev, targets.dev, ignore, 0.5)
+			e.dev.CrossEntropyBackward(dl16.dev, lg16.dev, lseH.dev, targets.dev, backend.View{}, ignore, 0.5)
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.CrossEntropyBackward(v(dl32), v(lg32), v(lse32), v(targets), ignore, 0.5)
+				be.CrossEntropyBackward(v(dl32), v(lg32), v(lse32), v(targets), backend.View{}, ignore, 0.5)
 			})
 			e.check16(what+" backward", dl16, dl32, ceGradTol)
 		}
@@ -187,9 +187,9 @@ func TestMiscHalfCrossEntropy(t *testing.T) {
 		nan16, nan32 := e.newPair16(dt, contig(2, 3), func(i int) float64 { return []float64{1, math.NaN(), -2, 0.5, 3, math.Inf(1)}[i] })
 		lseFin := e.newPair(backend.Float32, contig(2), func(i int) float64 { return []float64{1.5, 4}[i] })
 		dl16, dl32 := e.newPair16(dt, contig(2, 3), mhFill(3))
-		e.dev.CrossEntropyBackward(dl16.dev, nan16.dev, lseFin.dev, targets.dev, ignore, 0.25)
+		e.dev.CrossEntropyBackward(dl16.dev, nan16.dev, lseFin.dev, targets.dev, backend.View{}, ignore, 0.25)
 		e.both(func(be backend.Backend, v func(pair) backend.View) {
-			be.CrossEntropyBackward(v(dl32), v(nan32), v(lseFin), v(targets), ignore, 0.25)
+			be.CrossEntropyBackward(v(dl32), v(nan32), v(lseFin), v(targets), backend.View{}, ignore, 0.25)
 		})
 		e.check16(fmt.Sprintf("cross_entropy_backward %v of NaN/+Inf rows with a finite lse", dt), dl16, dl32, ceGradTol)
 		t.Logf("cross_entropy %-8v loss worst |err| %.2e (%.2f of the bound), lse %.2e (%.2f); dlogits worst %.2f ulp16 (%.2f of the bound)",
@@ -438,7 +438,7 @@ func TestMiscHalfSchedules(t *testing.T) {
 			}
 			loss, lse, dl := dev.Alloc(backend.Float32, 6), dev.Alloc(backend.Float32, 6), dev.Alloc(dt, 6*1000)
 			dev.CrossEntropy(v(loss, 0, 6), v(lse, 0, 6), v(x, 0, 6, 1000), v(targets, 0, 6), -1)
-			dev.CrossEntropyBackward(v(dl, 0, 6, 1000), v(x, 0, 6, 1000), v(lse, 0, 6), v(targets, 0, 6), -1, 0.125)
+			dev.CrossEntropyBackward(v(dl, 0, 6, 1000), v(x, 0, 6, 1000), v(lse, 0, 6), v(targets, 0, 6), backend.View{}, -1, 0.125)
 			read(fmt.Sprintf("cross_entropy %v loss", dt), loss, 6)
 			read(fmt.Sprintf("cross_entropy %v lse", dt), lse, 6)
 			read(fmt.Sprintf("cross_entropy_backward %v", dt), dl, 6*1000)
@@ -500,11 +500,11 @@ func TestMiscHalfRefused(t *testing.T) {
 		{"cross_entropy f16 loss", func() { e.dev.CrossEntropy(h2.dev, f2.dev, h.dev, i2.dev, -1) }, []string{"cross_entropy_f32", "float16"}},
 		{"cross_entropy bf16 lse", func() { e.dev.CrossEntropy(f2.dev, bf2.dev, bf.dev, i2.dev, -1) }, []string{"cross_entropy_f32", "bfloat16"}},
 		{"cross_entropy f16 targets", func() { e.dev.CrossEntropy(f2.dev, f2.dev, h.dev, h2.dev, -1) }, []string{"cross_entropy_f32", "float16"}},
-		{"cross_entropy_backward bf16 dlogits of f16", func() { e.dev.CrossEntropyBackward(bf.dev, h.dev, f2.dev, i2.dev, -1, 1) },
+		{"cross_entropy_backward bf16 dlogits of f16", func() { e.dev.CrossEntropyBackward(bf.dev, h.dev, f2.dev, i2.dev, backend.View{}, -1, 1) },
 			[]string{"cross_entropy_backward_f32", "bfloat16", "float16"}},
-		{"cross_entropy_backward f32 dlogits of bf16", func() { e.dev.CrossEntropyBackward(f.dev, bf.dev, f2.dev, i2.dev, -1, 1) },
+		{"cross_entropy_backward f32 dlogits of bf16", func() { e.dev.CrossEntropyBackward(f.dev, bf.dev, f2.dev, i2.dev, backend.View{}, -1, 1) },
 			[]string{"cross_entropy_backward_f32", "float32", "bfloat16"}},
-		{"cross_entropy_backward f16 lse", func() { e.dev.CrossEntropyBackward(h.dev, h.dev, h2.dev, i2.dev, -1, 1) },
+		{"cross_entropy_backward f16 lse", func() { e.dev.CrossEntropyBackward(h.dev, h.dev, h2.dev, i2.dev, backend.View{}, -1, 1) },
 			[]string{"cross_entropy_backward_f32", "float16"}},
 		{"reduce f16 into bf16", func() { e.dev.Reduce(backend.ReduceSum, bf2.dev, h.dev, 1) }, []string{"reduce_f16_f32", "float16", "bfloat16"}},
 		{"reduce f32 into f16", func() { e.dev.Reduce(backend.ReduceMax, h2.dev, f.dev, 1) }, []string{"reduce_f32", "float32", "float16"}},

@@ -402,23 +402,26 @@ func TestTrainStepProfile(t *testing.T) {
 		len(p.Records), dispatches, seen["grad_clip"], seen["adamw_clipped"], seen["matmul"])
 }
 
-// TestBackwardQueuesWithoutWaiting: a plain loss.Backward() through the
-// cross-entropy (whose backward reads its upstream gradient's value on
-// the host) queues the whole backward pass without waiting for the
-// device: the seed gradient is written from the host, not by a kernel.
+// TestBackwardQueuesWithoutWaiting: loss.Backward() through the
+// cross-entropy queues the whole backward pass without waiting for the
+// device, even when the loss's gradient comes from a kernel (a loss
+// scaled after the cross-entropy): the cross-entropy backward reads it on
+// the device.
 func TestBackwardQueuesWithoutWaiting(t *testing.T) {
 	dev := openTestDevice(t)
 	mb := dev.Backend().(*Backend)
 	logits := forge.FromSlice([]float32{0.1, 0.7, -0.3, 1.2, 0.4, -0.8}, 2, 3).To(dev).RequiresGrad()
 	targets := forge.FromSlice([]int32{2, 0}, 2).To(dev)
-	loss := forge.CrossEntropy(logits.MulScalar(2), targets, -1)
+	// The loss scaled by a kernel (its gradient, 3, is computed on the
+	// device): the cross-entropy backward reads it there.
+	loss := forge.CrossEntropy(logits.MulScalar(2), targets, -1).MulScalar(3)
 	mb.Sync()
 	before := mb.StreamStats()
 	loss.Backward()
 	if after := mb.StreamStats(); after.Waits != before.Waits || after.Syncs != before.Syncs {
 		t.Errorf("loss.Backward() waited for the device: %d waits, %d syncs", after.Waits-before.Waits, after.Syncs-before.Syncs)
 	}
-	// The gradient itself: 2·(softmax(2x) − onehot)/2 per row.
+	// The gradient itself: 3·2·(softmax(2x) − onehot)/2 per row.
 	x := []float64{0.1, 0.7, -0.3, 1.2, 0.4, -0.8}
 	tg := []int{2, 0}
 	got := logits.Grad().Float64s()
@@ -432,6 +435,7 @@ func TestBackwardQueuesWithoutWaiting(t *testing.T) {
 			if c == tg[r] {
 				want--
 			}
+			want *= 3
 			if g := got[3*r+c]; math.Abs(g-want) > 1e-6 {
 				t.Errorf("grad[%d][%d] = %v, want %v", r, c, g, want)
 			}

@@ -375,9 +375,12 @@ type Backend interface {
 	// (0 where target == ignore), and lse (N) the row log-sum-exp; logits
 	// (N, V) contiguous, targets Int32 (N).
 	CrossEntropy(loss, lse, logits, targets View, ignore int)
-	// CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
-	// onehot(target)), rows with target == ignore set to zero.
-	CrossEntropyBackward(dlogits, logits, lse, targets View, ignore int, scale float64)
+	// CrossEntropyBackward writes dlogits = g·scale·(softmax(logits) −
+	// onehot(target)), rows with target == ignore set to zero. g is the
+	// loss's upstream gradient, a one-element view of lse's dtype read
+	// where it lies (a queueing device reads it on the device: the
+	// backward never waits for it); a nil Buf means 1.
+	CrossEntropyBackward(dlogits, logits, lse, targets, g View, ignore int, scale float64)
 
 	// SwiGLU writes y = silu(a)·b = a·sigmoid(a)·b (the gated unit of a
 	// SwiGLU MLP); y, a, b have one shape and are contiguous. The result

@@ -116,7 +116,7 @@ func (u Unimplemented) CrossEntropy(loss, lse, logits, targets View, ignore int)
 }
 
 // CrossEntropyBackward panics with ErrNotImplemented.
-func (u Unimplemented) CrossEntropyBackward(dlogits, logits, lse, targets View, ignore int, scale float64) {
+func (u Unimplemented) CrossEntropyBackward(dlogits, logits, lse, targets, g View, ignore int, scale float64) {
 	panic(ErrNotImplemented{u.BackendName, "CrossEntropyBackward"})
 }
 

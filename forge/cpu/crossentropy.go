@@ -100,8 +100,12 @@ func onlineLogSumExp[T Float](x []T) (m, ls float64) {
 // CrossEntropyBackward writes dlogits = scale·(softmax(logits) −
 // onehot(target)) from the saved lse, zero rows where target == ignore.
 // dlogits may be logits itself (the in-place update of llm.c).
-func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets backend.View, ignore int, scale float64) {
+func (b *Backend) CrossEntropyBackward(dlogits, logits, lse, targets, g backend.View, ignore int, scale float64) {
 	checkFloat("cross_entropy_backward", logits.DType(), dlogits, lse)
+	if g.Buf != nil {
+		checkFloat("cross_entropy_backward", logits.DType(), g)
+		scale *= upstreamValue(g)
+	}
 	n, v := rowDims(logits)
 	tg := ceTargets("cross_entropy_backward", targets, n, v, ignore)
 	if logits.DType() == backend.Float32 {
@@ -153,4 +157,15 @@ func crossEntropyBackward[T Float](dl, x []T, lse float64, t int, scale, halfUlp
 		scaleRow(dl, dl, 1/s)
 	}
 	dl[t] = T(scale * (math.Exp(xt-lse)/s - 1))
+}
+
+// upstreamValue is the one element of the view g (float32 or float64).
+func upstreamValue(g backend.View) float64 {
+	if g.Numel() != 1 {
+		panic(fmt.Sprintf("cpu: cross_entropy_backward: upstream gradient %v must hold one element", g.Shape))
+	}
+	if g.DType() == backend.Float32 {
+		return float64(f32(g)[0])
+	}
+	return f64(g)[0]
 }

@@ -159,7 +159,7 @@ func TestCrossEntropySpecialRows(t *testing.T) {
 			t.Errorf("%v: huge row: loss %v lse %v", dt, l[3], rkRead(lse)[3])
 		}
 		d := rkView(dt, []int{4, 3}, nil)
-		b.CrossEntropyBackward(d, xv, lse, tv, rkIgnore, 1)
+		b.CrossEntropyBackward(d, xv, lse, tv, backend.View{}, rkIgnore, 1)
 		g := rkRead(d)
 		if g[6] != 0 || g[7] != 0 || g[8] != 0 || g[4] != -1 {
 			t.Errorf("%v: gradient %v: want an ignored row of zeros and −1 at a −Inf target", dt, g)
@@ -191,7 +191,7 @@ func TestCrossEntropyBackward(t *testing.T) {
 				loss, lse := rkView(dt, []int{n}, nil), rkView(dt, []int{n}, nil)
 				b.CrossEntropy(loss, lse, xv, tv, rkIgnore)
 				d := rkView(dt, []int{n, v}, nil)
-				b.CrossEntropyBackward(d, xv, lse, tv, rkIgnore, scale)
+				b.CrossEntropyBackward(d, xv, lse, tv, backend.View{}, rkIgnore, scale)
 				rkCheckPads(t, "cross_entropy_backward", d)
 				grads[dt] = rkRead(d)
 				// Against the exact gradient. Entries are relative to
@@ -254,8 +254,8 @@ func TestCrossEntropyBackwardInPlace(t *testing.T) {
 		loss, lse := rkView(dt, []int{n}, nil), rkView(dt, []int{n}, nil)
 		b.CrossEntropy(loss, lse, xv, tv, rkIgnore)
 		sep := rkView(dt, []int{n, v}, nil)
-		b.CrossEntropyBackward(sep, xv, lse, tv, rkIgnore, 0.5)
-		b.CrossEntropyBackward(xv, xv, lse, tv, rkIgnore, 0.5)
+		b.CrossEntropyBackward(sep, xv, lse, tv, backend.View{}, rkIgnore, 0.5)
+		b.CrossEntropyBackward(xv, xv, lse, tv, backend.View{}, rkIgnore, 0.5)
 		if i := rkBitsEqual(rkRead(xv), rkRead(sep)); i >= 0 {
 			t.Errorf("%v: in-place gradient differs at %d: %v vs %v", dt, i, rkRead(xv)[i], rkRead(sep)[i])
 		}
@@ -295,6 +295,31 @@ func BenchmarkCrossEntropyBackwardF32(bb *testing.B) {
 	d := rkView(backend.Float32, []int{rkBenchN, rkBenchV}, nil)
 	bb.SetBytes(int64(2 * 4 * rkBenchN * rkBenchV))
 	for bb.Loop() {
-		b.CrossEntropyBackward(d, x, lse, tg, rkIgnore, 1.0/rkBenchN)
+		b.CrossEntropyBackward(d, x, lse, tg, backend.View{}, rkIgnore, 1.0/rkBenchN)
+	}
+}
+
+// TestCrossEntropyBackwardUpstream: the upstream gradient g multiplies the
+// scale (dlogits = g·scale·(softmax − onehot)), read from its buffer in
+// either float dtype; a nil g is 1.
+func TestCrossEntropyBackwardUpstream(t *testing.T) {
+	b := rkBackend(0)
+	rng := rand.New(rand.NewPCG(45, 46))
+	const n, v = 5, 7
+	x, tg := rkCEData(rng, n, v)
+	for _, dt := range rkDTypes {
+		xv, tv := rkView(dt, []int{n, v}, x), rkView(backend.Int32, []int{n}, tg)
+		lse := rkView(dt, []int{n}, nil)
+		b.CrossEntropy(backend.View{}, lse, xv, tv, rkIgnore)
+		want, got := rkView(dt, []int{n, v}, nil), rkView(dt, []int{n, v}, nil)
+		b.CrossEntropyBackward(want, xv, lse, tv, backend.View{}, rkIgnore, 0.375)
+		g := rkView(dt, []int{1}, []float64{3})
+		b.CrossEntropyBackward(got, xv, lse, tv, g, rkIgnore, 0.125)
+		w, gv := rkRead(want), rkRead(got)
+		for i := range w {
+			if math.Float64bits(w[i]) != math.Float64bits(gv[i]) && !(math.IsNaN(w[i]) && math.IsNaN(gv[i])) {
+				t.Fatalf("%v element %d: g = 3, scale 1/8 gives %v; scale 3/8 gives %v", dt, i, gv[i], w[i])
+			}
+		}
 	}
 }

@@ -289,7 +289,7 @@ func TestHalfKernelsRefuse(t *testing.T) {
 				be.AttentionBackward(h(1, 1, 2, 4), h(1, 1, 2, 4), h(1, 1, 2, 4), h(1, 1, 2, 4), h(1, 1, 2, 4), h(1, 1, 2, 4), h(1, 1, 2, 4), h(1, 1, 2), h(1, 1, 2, 4), ap)
 			},
 			"cross_entropy":           func() { be.CrossEntropy(h(2), h(2), h(2, 4), ix(2), -1) },
-			"cross_entropy_backward":  func() { be.CrossEntropyBackward(h(2, 4), h(2, 4), h(2), ix(2), -1, 1) },
+			"cross_entropy_backward":  func() { be.CrossEntropyBackward(h(2, 4), h(2, 4), h(2), ix(2), backend.View{}, -1, 1) },
 			"swiglu":                  func() { be.SwiGLU(h(8), h(8), h(8)) },
 			"swiglu_backward":         func() { be.SwiGLUBackward(h(8), h(8), h(8), h(8), h(8)) },
 			"sum_squares":             func() { be.SumSquares(h(1), h(8)) },

@@ -270,12 +270,10 @@ func (t *Trainer) Step() Metrics {
 	for i := range cfg.GradAccum {
 		x, y := t.Train.Next()
 		l := t.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
-		// The upstream gradient 1/GradAccum is uploaded, not filled by a
-		// kernel: the cross-entropy backward reads it on the host, and an
-		// uploaded value is readable without waiting for the queue. It is
-		// the value the backward of l.MulScalar(1/GradAccum) would pass
-		// (times the loss scale with float16; LossScale is 1 otherwise).
-		l.Backward(upstream(l, scale/float64(cfg.GradAccum)))
+		// The upstream gradient: what the backward of
+		// l.MulScalar(1/GradAccum) would pass (times the loss scale with
+		// float16; LossScale is 1 otherwise).
+		l.Backward(forge.FullLike(l, scale/float64(cfg.GradAccum)))
 		forge.NoGrad(func() {
 			if cfg.GradAccum > 1 {
 				l = l.MulScalar(1 / float64(cfg.GradAccum))
@@ -308,18 +306,6 @@ func (t *Trainer) Step() Metrics {
 	}
 	t.History.Steps = append(t.History.Steps, m)
 	return m
-}
-
-// upstream returns the scalar v as a tensor of l's shape, dtype and device,
-// written from the host (no kernel).
-func upstream(l *forge.Tensor, v float64) *forge.Tensor {
-	var g *forge.Tensor
-	if l.DType() == forge.Float64 {
-		g = forge.FromSlice([]float64{v})
-	} else {
-		g = forge.FromSlice([]float32{float32(v)})
-	}
-	return g.To(l.Device()).Reshape(l.Shape()...)
 }
 
 // Eval returns the mean loss over the validation batches, with dropout
