@@ -93,7 +93,8 @@ func (b *Backend) ceRun(kernel string, key driver.PipelineKey, n, v int, args ..
 	if n < 64 {
 		most = 1024
 	}
-	b.run(kernel, key, rowGrid(n), [3]int{b.rowThreadsFor(key, v, most), 1, 1}, args...)
+	pipe, t := b.rowThreadsFor(key, v, most)
+	b.runPipe(kernel, key, pipe, rowGrid(n), [3]int{t, 1, 1}, args...)
 }
 
 // CrossEntropy writes loss (N), −log softmax(logits)[target] or 0 where

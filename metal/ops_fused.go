@@ -150,18 +150,18 @@ func (b *Backend) SumSquares(dst, src backend.View) {
 	checkCount(pass1, n)
 	sq, add := sumSquaresKeys[sdt], sumSquaresAddKey
 	nb := (n + sumSqBlock - 1) / sumSqBlock
-	t1 := b.rowThreadsFor(sq, min(n, sumSqBlock), 256)
+	p1, t1 := b.rowThreadsFor(sq, min(n, sumSqBlock), 256)
 	if nb == 1 {
-		b.run(pass1, sq, [3]int{1, 1, 1}, [3]int{t1, 1, 1}, b.arg(one), b.arg(src),
+		b.runPipe(pass1, sq, p1, [3]int{1, 1, 1}, [3]int{t1, 1, 1}, b.arg(one), b.arg(src),
 			bytesArg(sumSqParams{uint32(n), sumSqBlock}))
 		return
 	}
 	part := b.Alloc(backend.Float32, nb)
 	defer b.Free(part)
-	b.run(sumSquaresBlocksLabels[sdt], sq, [3]int{nb, 1, 1}, [3]int{t1, 1, 1}, b.arg(backend.View{Buf: part}), b.arg(src),
+	b.runPipe(sumSquaresBlocksLabels[sdt], sq, p1, [3]int{nb, 1, 1}, [3]int{t1, 1, 1}, b.arg(backend.View{Buf: part}), b.arg(src),
 		bytesArg(sumSqParams{uint32(n), sumSqBlock}))
-	t2 := b.rowThreadsFor(add, nb, 1024)
-	b.run(sumSquaresTotalLabel, add, [3]int{1, 1, 1}, [3]int{t2, 1, 1}, b.arg(one), b.arg(backend.View{Buf: part}),
+	p2, t2 := b.rowThreadsFor(add, nb, 1024)
+	b.runPipe(sumSquaresTotalLabel, add, p2, [3]int{1, 1, 1}, [3]int{t2, 1, 1}, b.arg(one), b.arg(backend.View{Buf: part}),
 		bytesArg(sumSqParams{uint32(nb), uint32(nb)}))
 }
 

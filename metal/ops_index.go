@@ -190,7 +190,7 @@ func (b *Backend) ixSort(iv backend.View, prm indexParams) ixSorted {
 	pipe := b.pipelineFor(key)
 	t := min(indexSortThreads, pipe.MaxThreads())
 	t -= t % pipe.SIMDWidth()
-	b.run(kIndexSortKeys, key, [3]int{1, 1, 1}, [3]int{t, 1, 1}, b.arg(iv), b.arg(at(0)), bytesArg(prm))
+	b.runPipe(kIndexSortKeys, key, pipe, [3]int{1, 1, 1}, [3]int{t, 1, 1}, b.arg(iv), b.arg(at(0)), bytesArg(prm))
 
 	b.runEW(kIndexRowStarts, pkey(kIndexRowStarts), nkeys+1, b.arg(at(sorted)), b.arg(at(starts)), bytesArg(prm))
 	return ixSorted{scratch: scratch, vals: at(sorted + ni), starts: at(starts)}

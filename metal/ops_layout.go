@@ -206,24 +206,21 @@ func cUint(index int, v uint32) driver.Constant {
 	return driver.Constant{Index: index, Type: driver.UInt32, Bits: v}
 }
 
-// ewGrid returns the grid of an elementwise kernel over n elements.
-func (b *Backend) ewGrid(key driver.PipelineKey, n int) (groups, threads [3]int) {
-	t := min(ewThreads, b.pipelineFor(key).MaxThreads())
-	g := min((n+t-1)/t, ewMaxGroups)
-	return [3]int{g, 1, 1}, [3]int{t, 1, 1}
-}
-
-// runEW launches an elementwise kernel over n elements (ewGrid).
+// runEW launches an elementwise kernel over n elements: ewThreads (or the
+// pipeline's maximum) threads a group, grid-stride loops past ewMaxGroups
+// groups.
 func (b *Backend) runEW(label string, key driver.PipelineKey, n int, args ...kernelArg) {
-	groups, threads := b.ewGrid(key, n)
-	b.run(label, key, groups, threads, args...)
+	pipe := b.pipelineFor(key)
+	t := min(ewThreads, pipe.MaxThreads())
+	g := min((n+t-1)/t, ewMaxGroups)
+	b.runPipe(label, key, pipe, [3]int{g, 1, 1}, [3]int{t, 1, 1}, args...)
 }
 
-// rowThreadsFor is rowThreads for key's pipeline: rows of n elements, at
-// most most threads.
-func (b *Backend) rowThreadsFor(key driver.PipelineKey, n, most int) int {
+// rowThreadsFor returns key's pipeline and rowThreads for it: rows of n
+// elements, at most most threads.
+func (b *Backend) rowThreadsFor(key driver.PipelineKey, n, most int) (driver.Pipeline, int) {
 	pipe := b.pipelineFor(key)
-	return rowThreads(n, most, pipe.MaxThreads(), pipe.SIMDWidth())
+	return pipe, rowThreads(n, most, pipe.MaxThreads(), pipe.SIMDWidth())
 }
 
 // lastAxisRows views a tensor as rows of its last axis: (0, 0) when that

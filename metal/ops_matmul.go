@@ -220,7 +220,7 @@ func (b *Backend) runMatMul2D(kn matmulNames, q matmulParams, nz int, aTrans, bT
 		return false
 	}
 	groups := [3]int{(n + m2BN - 1) / m2BN, (m + m2BM - 1) / m2BM, nz}
-	b.run(kn.tensorL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{m2Threads, 1, 1}, c, av, bv, bytesArg(q))
+	b.runPipe(kn.tensorL[layoutIndex(aTrans, bTrans)], key, p, groups, [3]int{m2Threads, 1, 1}, c, av, bv, bytesArg(q))
 	return true
 }
 
@@ -463,8 +463,7 @@ func (b *Backend) matmulSplitK(kn matmulNames, dst, a, bm backend.View, q matmul
 	b.run(kn.splitKL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{mmThreads, 1, 1},
 		b.arg(pv), b.arg(a), b.arg(bm), bytesArg(pq))
 	rkey := pkey(kn.reduce, cBool(5, accumulate))
-	rg, rt := b.ewGrid(rkey, m*n)
-	b.run(kn.reduce, rkey, rg, rt, b.arg(dst), b.arg(pv), bytesArg(q))
+	b.runEW(kn.reduce, rkey, m*n, b.arg(dst), b.arg(pv), bytesArg(q))
 }
 
 // layoutTags name the operand layouts by layout index.

@@ -184,7 +184,7 @@ func (b *Backend) runNormRows(key driver.PipelineKey, n, c int, args ...kernelAr
 		groups = rowGrid(n)
 		threads = [3]int{rowThreads(c, 256, pipe.MaxThreads(), simd), 1, 1}
 	}
-	b.run(key.Kernel, key, groups, threads, args...)
+	b.runPipe(key.Kernel, key, pipe, groups, threads, args...)
 }
 
 // normBlocking is the fixed row blocking of a weight/bias gradient of
@@ -226,21 +226,23 @@ func (b *Backend) normParamGrads(k *normKind, h backend.DType, dw, db, dy, x, me
 	p := normParams{Rows: uint32(n), Cols: uint32(c), NBlocks: uint32(nb), Block: uint32(rb)}
 	key := normKey(&kNormParamGradBy, h, []driver.Constant{cBool(3, k.layer), cBool(4, wantW), cBool(5, wantB)},
 		normIsHalf(x), normIsHalf(dy))
-	tx := rowThreads(c, 256, b.pipelineFor(key).MaxThreads(), 32)
-	b.run(k.partials, key, [3]int{(c + tx - 1) / tx, nb, 1}, [3]int{tx, 1, 1},
+	px := b.pipelineFor(key)
+	tx := rowThreads(c, 256, px.MaxThreads(), 32)
+	b.runPipe(k.partials, key, px, [3]int{(c + tx - 1) / tx, nb, 1}, [3]int{tx, 1, 1},
 		b.arg(backend.View{Buf: part}), b.arg(dy), b.arg(x), b.arg(mean), b.arg(rstd), bytesArg(p))
 	gdt := dw
 	if !wantW {
 		gdt = db
 	}
 	sumKey := pkey(kNormColSumBy[gdt.DType()])
-	ts := rowThreads(c, 256, b.pipelineFor(sumKey).MaxThreads(), 32)
+	ps := b.pipelineFor(sumKey)
+	ts := rowThreads(c, 256, ps.MaxThreads(), 32)
 	off := 0
 	for _, v := range []backend.View{dw, db} {
 		if v.Buf == nil {
 			continue
 		}
-		b.run(k.colSum, sumKey, [3]int{(c + ts - 1) / ts, 1, 1}, [3]int{ts, 1, 1},
+		b.runPipe(k.colSum, sumKey, ps, [3]int{(c + ts - 1) / ts, 1, 1}, [3]int{ts, 1, 1},
 			b.arg(v), b.arg(backend.View{Buf: part, Offset: off}), bytesArg(p))
 		off += 2 * nb * c
 	}

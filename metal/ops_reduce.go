@@ -138,7 +138,8 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst, src backend.View, nred int) {
 	if nout < 64 {
 		most = 1024 // few outputs: more threads per output
 	}
-	b.run(labels[op], key, rowGrid(nout), [3]int{b.rowThreadsFor(key, nr, most), 1, 1},
+	pipe, t := b.rowThreadsFor(key, nr, most)
+	b.runPipe(labels[op], key, pipe, rowGrid(nout), [3]int{t, 1, 1},
 		b.arg(dst), b.arg(backend.View{Buf: src.Buf, Offset: src.Offset}), bytesArg(p))
 }
 
@@ -178,11 +179,11 @@ func (b *Backend) softmax(names, logLabels *byDType, dt backend.DType, log bool,
 		label = logLabels[dt]
 	}
 	key := pkey(kernel, cBool(0, log))
-	t := b.rowThreadsFor(key, cols, 256)
+	pipe, t := b.rowThreadsFor(key, cols, 256)
 	var args [4]kernelArg
 	for i, v := range views {
 		args[i] = b.arg(v)
 	}
 	args[len(views)] = bytesArg(softmaxParams{uint32(n), uint32(cols)})
-	b.run(label, key, rowGrid(n), [3]int{t, 1, 1}, args[:len(views)+1]...)
+	b.runPipe(label, key, pipe, rowGrid(n), [3]int{t, 1, 1}, args[:len(views)+1]...)
 }

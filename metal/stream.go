@@ -61,7 +61,12 @@ func (s *stream) init() { s.serial = 1 }
 // with the compiler's message naming the kernel. In profile mode the
 // dispatch runs at once in a command buffer of its own.
 func (b *Backend) run(label string, key driver.PipelineKey, groups, threads [3]int, args ...kernelArg) {
-	pipe := b.pipelineFor(key)
+	b.runPipe(label, key, b.pipelineFor(key), groups, threads, args...)
+}
+
+// runPipe is run with key's pipeline already looked up (by a launcher that
+// sized the grid from it: one cache lookup per dispatch).
+func (b *Backend) runPipe(label string, key driver.PipelineKey, pipe driver.Pipeline, groups, threads [3]int, args ...kernelArg) {
 	for i, n := range groups {
 		if n <= 0 || threads[i] <= 0 {
 			if n == 0 {
