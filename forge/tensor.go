@@ -35,6 +35,16 @@ func (d *Device) Name() string { return d.name }
 // Backend returns the device's backend.
 func (d *Device) Backend() backend.Backend { return d.b }
 
+// Describe says in one line what the device runs its kernels with (for the
+// CPU: the BLAS library, its kernels and who chose them, or the Go kernel),
+// or just its name if the backend does not say more.
+func (d *Device) Describe() string {
+	if ds, ok := d.b.(backend.Describer); ok {
+		return d.name + ": " + ds.Describe()
+	}
+	return d.name
+}
+
 // String returns the device name.
 func (d *Device) String() string { return d.name }
 

@@ -522,6 +522,14 @@ type VariantNamer interface {
 	Variant(kernel string) string
 }
 
+// Describer is implemented by backends whose performance depends on
+// choices made at start-up (which BLAS library and kernels, which GPU):
+// Describe says them in one line, for the front ends to print wherever
+// they show performance — `forge info`, `:info`, benchmarks, profiles.
+type Describer interface {
+	Describe() string
+}
+
 // KernelTimer is implemented by backends that run kernels asynchronously
 // on a device with its own clock (Metal), where the host's wall time of a
 // kernel call measures only its encoding. The dispatch point of package

@@ -77,10 +77,15 @@ import (
 
 // blasLibrary is a loaded BLAS.
 type blasLibrary struct {
-	name  string  // "openblas", "accelerate" or "blas"; the matmul variant
+	name  string  // "openblas-<core>", "openblas", "accelerate" or "blas"; the matmul variant
 	path  string  // what was opened
 	sgemm uintptr // Fortran sgemm_
 	dgemm uintptr // Fortran dgemm_
+
+	// version is "OpenBLAS 0.3.21" where the library says; core the kernel
+	// set it runs (openblas_get_corename) and coreWhy who chose it and why
+	// (blas_core.go).
+	version, core, coreWhy string
 
 	// setThreads and getThreads are openblas_set/get_num_threads (0 if
 	// absent: not an OpenBLAS).
@@ -100,6 +105,9 @@ var (
 	blasOnce   sync.Once
 	loadedBLAS *blasLibrary                // what initBLAS found; nil if none
 	activeBLAS atomic.Pointer[blasLibrary] // what gemm uses; nil: pure Go
+
+	blasDisabled bool   // FORGE_BLAS=off
+	blasNote     string // said once on stderr when the library runs slower kernels than the CPU allows
 )
 
 // blasCandidates lists the libraries tried in order on this OS.
@@ -121,6 +129,7 @@ func initBLAS() {
 		env := strings.TrimSpace(os.Getenv("FORGE_BLAS"))
 		switch strings.ToLower(env) {
 		case "off", "0", "false", "no", "go":
+			blasDisabled = true
 			return
 		}
 		paths := blasCandidates()
@@ -140,6 +149,9 @@ func initBLAS() {
 			}
 			loadedBLAS = lib
 			activeBLAS.Store(lib)
+			if blasNote != "" {
+				fmt.Fprintln(os.Stderr, blasNote)
+			}
 			return
 		}
 		if len(errs) == 0 {
@@ -151,7 +163,8 @@ func initBLAS() {
 }
 
 // Variant names the code path a kernel runs: for "matmul", the BLAS library
-// ("openblas", "accelerate", "blas") or the pure-Go kernel ("go", or
+// ("openblas-SkylakeX" — OpenBLAS and the kernels it runs —, "accelerate",
+// "blas") or the pure-Go kernel ("go", or
 // "go-avx2" for its assembly micro-kernel). Other kernels return "go".
 func (b *Backend) Variant(kernel string) string {
 	if kernel == "matmul" {
