@@ -218,3 +218,26 @@ func BLASInfo() string {
 	}
 	return s
 }
+
+// BLASCores lists OpenBLAS x86 cores this CPU can execute, one per vector
+// tier from generic up to the CPU's (Prescott, Haswell, Zen on AMD,
+// SkylakeX), so that a test run can play every machine whose library
+// would choose one of them (OPENBLAS_CORETYPE=<core>). Empty where
+// cpuFeatures knows nothing (other architectures).
+func BLASCores() []string {
+	c := cpuFeatures()
+	if c.vendor == "" {
+		return nil
+	}
+	cores := []string{"Prescott"}
+	if c.tier >= blasTierAVX2 {
+		cores = append(cores, "Haswell")
+		if c.vendor == "AuthenticAMD" || c.vendor == "HygonGenuine" {
+			cores = append(cores, "Zen")
+		}
+	}
+	if c.tier >= blasTierAVX512 {
+		cores = append(cores, "SkylakeX")
+	}
+	return cores
+}
