@@ -86,6 +86,7 @@ type blasLibrary struct {
 	// set it runs (openblas_get_corename) and coreWhy who chose it and why
 	// (blas_core.go).
 	version, core, coreWhy string
+	userCore               bool // core set by the user's OPENBLAS_CORETYPE
 
 	// setThreads and getThreads are openblas_set/get_num_threads (0 if
 	// absent: not an OpenBLAS).
@@ -108,6 +109,7 @@ var (
 
 	blasDisabled bool   // FORGE_BLAS=off
 	blasNote     string // said once on stderr when the library runs slower kernels than the CPU allows
+	blasBypassed bool   // the loaded library's kernels are narrower than the Go kernel's: gemm runs Go
 )
 
 // blasCandidates lists the libraries tried in order on this OS.
@@ -148,7 +150,14 @@ func initBLAS() {
 				continue
 			}
 			loadedBLAS = lib
-			activeBLAS.Store(lib)
+			if narrowerThanGo(lib) {
+				// The library is kept loaded (tests and FORGE_BLAS paths can
+				// still reach it) but gemm runs the Go kernel.
+				blasBypassed = true
+				blasNote += "; forge's own " + goKernelName + " matmul runs instead"
+			} else {
+				activeBLAS.Store(lib)
+			}
 			if blasNote != "" {
 				fmt.Fprintln(os.Stderr, blasNote)
 			}

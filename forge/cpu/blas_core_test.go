@@ -48,7 +48,7 @@ func TestBLASHelperProcess(t *testing.T) {
 	blasTestFirstCore = os.Getenv("FORGE_TEST_BLAS_FIRST")
 	blasTestBreakCheck = os.Getenv("FORGE_TEST_BLAS_BREAK") == "1"
 	initBLAS()
-	lib := activeBLAS.Load()
+	lib := loadedBLAS
 	if lib == nil {
 		os.Stdout.WriteString("core=none\n")
 		return
@@ -56,7 +56,7 @@ func TestBLASHelperProcess(t *testing.T) {
 	if msg := blasCheck(lib); msg != "" {
 		t.Fatalf("the loaded library fails the check: %s", msg)
 	}
-	os.Stdout.WriteString("core=" + lib.core + "\nvariant=" + lib.name + "\ninfo=" + BLASInfo() + "\n")
+	os.Stdout.WriteString("core=" + lib.core + "\nvariant=" + New().Variant("matmul") + "\ninfo=" + BLASInfo() + "\n")
 	if env, ok := os.LookupEnv("OPENBLAS_CORETYPE"); ok && os.Getenv("FORGE_TEST_USER_ENV") == "" {
 		t.Fatalf("OPENBLAS_CORETYPE=%s left in the environment", env)
 	}
@@ -122,18 +122,56 @@ func TestBLASCoreUpgrade(t *testing.T) {
 }
 
 // TestBLASCoreCheckFails: when the better core fails its check, the
-// library's own choice comes back, and forge says so once.
+// library is left on its own choice and forge says so once; where the Go
+// kernel uses wider vectors than that choice, the Go kernel runs.
 func TestBLASCoreCheckFails(t *testing.T) {
 	needUpgradableOpenBLAS(t)
 	kv, stderr := blasChild(t, "FORGE_TEST_BLAS_FIRST=Prescott", "FORGE_TEST_BLAS_BREAK=1")
 	if kv["core"] != "Prescott" {
 		t.Fatalf("after a failed check: core %q, want the library's own Prescott\n%s", kv["core"], stderr)
 	}
-	if n := strings.Count(stderr, "forge: cpu: OpenBLAS"); n != 1 || !strings.Contains(stderr, "keeping the library's own Prescott") {
+	if n := strings.Count(stderr, "forge: cpu: OpenBLAS"); n != 1 || !strings.Contains(stderr, "keeps its own Prescott") {
 		t.Errorf("stderr should say once that the check failed and Prescott is kept; got %d times:\n%s", n, stderr)
 	}
 	if !strings.Contains(kv["info"], "failed a check") {
 		t.Errorf("BLASInfo = %q: should say the better core failed its check", kv["info"])
+	}
+	wantVariant := "openblas-Prescott"
+	if goKernelTier() > blasTierGeneric {
+		wantVariant = goKernelName
+		if !strings.Contains(stderr, goKernelName+" matmul runs instead") {
+			t.Errorf("stderr should say forge's %s runs instead of Prescott:\n%s", goKernelName, stderr)
+		}
+	}
+	if kv["variant"] != wantVariant {
+		t.Errorf("matmul variant %q, want %q (info %q)", kv["variant"], wantVariant, kv["info"])
+	}
+	t.Log(kv["info"])
+}
+
+// TestBLASGoKernelChoice: the Go kernel replaces an OpenBLAS only when the
+// library's kernels are narrower than the Go kernel's and the user did not
+// name them.
+func TestBLASGoKernelChoice(t *testing.T) {
+	prev := goKernelName
+	defer func() { goKernelName = prev }()
+	for _, c := range []struct {
+		goKernel, core string
+		user, want     bool
+	}{
+		{"go-avx512", "Prescott", false, true},
+		{"go-avx512", "Haswell", false, true},
+		{"go-avx512", "SkylakeX", false, false},
+		{"go-avx512", "Prescott", true, false},
+		{"go-avx2", "Prescott", false, true},
+		{"go-avx2", "Zen", false, false},
+		{"go", "Prescott", false, false},
+		{"go-avx512", "", false, false}, // not an OpenBLAS that names its core
+	} {
+		goKernelName = c.goKernel
+		if got := narrowerThanGo(&blasLibrary{core: c.core, userCore: c.user}); got != c.want {
+			t.Errorf("Go kernel %s, library core %q (user's: %v): Go kernel instead = %v, want %v", c.goKernel, c.core, c.user, got, c.want)
+		}
 	}
 }
 

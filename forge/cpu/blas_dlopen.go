@@ -33,6 +33,7 @@ func openBLAS(path string) (*blasLibrary, error) {
 	}
 	want, why := blasCoreChoice(cpuFeatures(), userEnv, lib.core)
 	lib.coreWhy = why
+	lib.userCore = userEnv != ""
 	if want == "" || runtime.GOOS != "linux" {
 		return lib, nil
 	}
@@ -77,7 +78,7 @@ func openBLAS(path string) (*blasLibrary, error) {
 		return nil, fmt.Errorf("reloading after OpenBLAS's %s kernels failed their check: %v", want, err)
 	}
 	back.coreWhy = fmt.Sprintf("the library's own choice (its %s kernels failed a check: %s)", want, msg)
-	blasNote = fmt.Sprintf("forge: cpu: OpenBLAS's %s kernels disagree with the Go kernel on this CPU (%s); keeping the library's own %s kernels (slower)",
+	blasNote = fmt.Sprintf("forge: cpu: OpenBLAS's %s kernels disagree with the Go kernel on this CPU (%s), so the library keeps its own %s kernels",
 		want, msg, back.core)
 	return back, nil
 }
