@@ -223,7 +223,7 @@ func TestShowHistory(t *testing.T) {
 
 func testReport() profile.Report {
 	return profile.Report{
-		Devices: []string{"cpu"}, Iterations: 1, Wall: 10 * time.Millisecond, Kernel: 8 * time.Millisecond,
+		Devices: []string{"cpu"}, DeviceInfo: []string{"cpu: 2 workers, matmul openblas-Cooperlake: OpenBLAS 0.3.21"}, Iterations: 1, Wall: 10 * time.Millisecond, Kernel: 8 * time.Millisecond,
 		Outside: 2 * time.Millisecond, KernelShare: 0.8, Calls: 3,
 		Rows: []profile.Row{
 			{Kernel: "matmul", Variant: "avx512", Shape: "[64 32]@[32 32]", Device: "cpu", Calls: 2, Total: 6 * time.Millisecond, Mean: 3 * time.Millisecond, Share: 0.75, GFLOPS: 12},
@@ -248,12 +248,15 @@ func TestShowReport(t *testing.T) {
 	if strings.Contains(h, "roofline") {
 		t.Error("a report without a peak drew a roofline")
 	}
+	if !strings.Contains(h, "device: cpu: 2 workers, matmul openblas-Cooperlake: OpenBLAS 0.3.21") {
+		t.Error("the report's header does not say what the device ran with")
+	}
 
 	// With a peak: a roofline chart holding the kernels that have FLOPs.
 	r.Peak = &profile.Roofline{Device: "cpu", CPU: "test cpu", GFLOPS: 200, GBps: 40}
 	r.Rows[0].FLOPs, r.Rows[0].Bytes, r.Rows[0].Intensity = 72e6, 3e6, 24
 	h = htmlOf(t, capture(t, func() { Show(r) })[0])
-	for _, want := range []string{"roofline on cpu (test cpu), 1 row without FLOPs not placed", `"type":"scatter"`, `"name":"matmul (avx512) [64 32]@[32 32]"`, `"value":[24,12]`, `"value":[5,200]`, "roof (200 GFLOP/s, 40 GB/s)"} {
+	for _, want := range []string{"roofline: cpu (test cpu", "roofline on cpu (test cpu), 1 row without FLOPs not placed", `"type":"scatter"`, `"name":"matmul (avx512) [64 32]@[32 32]"`, `"value":[24,12]`, `"value":[5,200]`, "roof (200 GFLOP/s, 40 GB/s)"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("roofline lacks %q", want)
 		}

@@ -533,7 +533,16 @@ func reportHTML(r *profile.Report) string {
 	}
 	title := fmt.Sprintf("Profile: wall %s per iteration, kernels %s (%.0f%%), outside kernels %s, %.0f calls",
 		dur(r.Wall), dur(r.Kernel), 100*r.KernelShare, dur(r.Outside), r.Calls)
-	return box(title, b.String()+sortScript+chart)
+	// Under the title, what ran: each device's line (the BLAS library and
+	// its kernels) and the roofline the shares are of.
+	var head strings.Builder
+	for _, d := range r.DeviceInfo {
+		fmt.Fprintf(&head, "<p class=\"forge-muted forge-device\">device: %s</p>", html.EscapeString(d))
+	}
+	if pk := r.Peak; pk != nil {
+		fmt.Fprintf(&head, "<p class=\"forge-muted\">roofline: %s</p>", html.EscapeString(pk.Summary()))
+	}
+	return box(title, head.String()+b.String()+sortScript+chart)
 }
 
 // ---- tokens

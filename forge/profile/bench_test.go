@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/internal/fmapeak"
 )
 
 func TestBenchStatistics(t *testing.T) {
@@ -111,6 +112,8 @@ func TestCalibrateAndCache(t *testing.T) {
 	busy := func() func() float64 { return func() float64 { return 0.5 } }
 	defer func() { watchLoad = otherLoad }()
 	watchLoad = idle
+	defer func(d time.Duration) { fmaRunTime = d }(fmaRunTime)
+	fmaRunTime = 5 * time.Millisecond
 	peakMu.Lock()
 	peakCache = map[string]*Roofline{}
 	p, err := calibrateLocked(forge.DefaultDevice(), 128, 1<<16, 2)
@@ -118,8 +121,21 @@ func TestCalibrateAndCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.GFLOPS <= 0 || p.GBps <= 0 || p.GFLOPSMedian > p.GFLOPS || p.GBpsMedian > p.GBps || p.Device != "cpu" || p.CPU == "" || p.Procs < 1 {
+	if p.Sgemm <= 0 || p.GBps <= 0 || p.SgemmMedian > p.Sgemm || p.GBpsMedian > p.GBps || p.Device != "cpu" || p.CPU == "" || p.Procs < 1 ||
+		p.Version != peakVersion || p.Describe != forge.DefaultDevice().Describe() {
 		t.Fatalf("peak %+v", p)
+	}
+	// The compute roof is the FMA loop's (a 128³ sgemm is far below it),
+	// measured at the widest vectors this CPU runs.
+	best := fmapeak.Best()
+	if p.FMA <= 0 || p.FMAMedian > p.FMA || p.FMAKernel != best.Name || p.FMAVector != best.Vector ||
+		p.Roof != "fma" || p.GFLOPS != p.FMA || len(p.FMAOther) != len(fmapeak.Kernels())-2 && best.Vector {
+		t.Fatalf("FMA peak %+v", p)
+	}
+	for _, want := range []string{"peak ", " GFLOP/s FMA (" + best.Name, "% of peak", "\n  device: " + forge.DefaultDevice().Describe()} {
+		if !strings.Contains(p.String(), want) {
+			t.Errorf("%q lacks %q", p, want)
+		}
 	}
 	t.Logf("small calibration (128³ sgemm, 256 KiB copy): %s", p)
 	if KnownPeak("cpu") != p || Peak() != p {
@@ -133,17 +149,20 @@ func TestCalibrateAndCache(t *testing.T) {
 	if got == nil || got.GFLOPS != p.GFLOPS || got.GBps != p.GBps || got.key() != p.key() || !got.Measured.Equal(p.Measured) {
 		t.Fatalf("cached peak %+v, want %+v", got, p)
 	}
-	// A file made on another machine (another key) is ignored.
+	// A file made on another machine (another key), or by an older
+	// version whose gflops was the sgemm figure, is ignored.
 	path, _ := peakPath(p.key())
-	other := *p
-	other.CPU = "another CPU"
-	b, _ := json.Marshal(other)
-	os.WriteFile(path, b, 0o644)
-	peakMu.Lock()
-	peakCache = map[string]*Roofline{}
-	peakMu.Unlock()
-	if KnownPeak("cpu") != nil {
-		t.Error("a peak with another key was accepted")
+	anotherCPU, older := *p, *p
+	anotherCPU.CPU, older.Version = "another CPU", 1
+	for _, other := range []Roofline{anotherCPU, older} {
+		b, _ := json.Marshal(other)
+		os.WriteFile(path, b, 0o644)
+		peakMu.Lock()
+		peakCache = map[string]*Roofline{}
+		peakMu.Unlock()
+		if KnownPeak("cpu") != nil {
+			t.Errorf("a peak with another key was accepted: %s", other.key())
+		}
 	}
 	if KnownPeak("no-such-device") != nil {
 		t.Error("a peak for an unknown device")

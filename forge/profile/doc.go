@@ -42,14 +42,23 @@
 //
 // # Roofline
 //
-// Peak measures the device once — the best of five 2048³ sgemm calls and
-// of five 64 MiB copies, through the same kernels profiles record — and
-// caches the result per machine (device, CPU model, GOMAXPROCS, matmul
-// path) as JSON under the user's cache directory (forge/profile/, or
-// $FORGE_CACHE_DIR/profile/); a peak measured while other processes kept
-// the CPUs busy is used but not cached. A report then gives each kernel its
+// Peak measures the device once and caches the result per machine
+// (device, CPU model, GOMAXPROCS, matmul path) as JSON under the user's
+// cache directory (forge/profile/, or $FORGE_CACHE_DIR/profile/); a peak
+// measured while other processes kept the CPUs busy is used but not
+// cached. Its compute roof is the hardware's: on the CPU, the float32
+// throughput of a loop of independent FMA chains at the widest vectors the
+// CPU runs (AVX-512 ZMM, else AVX2 YMM, NEON on arm64), on every worker at
+// once, the best of seven 40 ms runs. Beside it stand the best of five
+// 2048³ sgemm calls and of five 64 MiB copies, through the same kernels
+// profiles record; the sgemm figure is given as a share of the roof.
+// Without an FMA loop for the device (a GPU), or when sgemm beats the loop,
+// the roof is the sgemm figure; Roofline.Roof says which. Roofline.String
+// and a report's header also print the device's Describe line: the BLAS
+// library, its kernels and who chose them. A report gives each kernel its
 // arithmetic intensity (FLOP/byte), whether it is compute- or
-// memory-bound, and the share of the attainable rate it reached:
+// memory-bound, and the share of the attainable rate it reached (peak
+// GFLOP/s is the compute roof; "% of peak" always means of it):
 //
 //	attainable GFLOP/s = min(peak GFLOP/s, intensity × peak GB/s)
 //	% of roofline      = max(FLOPs / peak GFLOP/s, bytes / peak GB/s) / time

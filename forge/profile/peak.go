@@ -15,21 +15,48 @@ import (
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/internal/atomicfile"
+	"github.com/forgeml/forge/internal/fmapeak"
 )
 
-// Roofline is a device's measured peak: the best sgemm rate and the best copy
-// bandwidth seen over a few runs, through the same kernels a profile
-// records. It places kernels on a roofline for this very machine.
+// Roofline is a device's measured peak: its compute roof, the best sgemm
+// rate and the best copy bandwidth seen over a few runs, the last two
+// through the same kernels a profile records. It places kernels on a
+// roofline for this very machine.
+//
+// The compute roof (GFLOPS) is the hardware's: on the CPU, the float32 FMA
+// throughput of a loop of independent FMA chains at the widest vectors the
+// CPU and OS run (internal/fmapeak), on every worker at once. The sgemm
+// figure stands beside it, as what the best kernel reaches of that roof.
+// Where no FMA loop measures the device (a GPU), or where sgemm beats the
+// loop (the portable Go loop, or a library that uses matrix units beyond
+// the vector FMAs), the roof is the sgemm figure, and Roof says so.
+// "% of peak" and "% roof" are always of GFLOPS.
 type Roofline struct {
+	Version int    `json:"version"`        // peakVersion when measured
 	Device  string `json:"device"`         // backend name, e.g. "cpu"
 	CPU     string `json:"cpu"`            // CPU model
 	Procs   int    `json:"procs"`          // GOMAXPROCS when measured
-	Variant string `json:"matmul_variant"` // the matmul path, e.g. "openblas"
+	Variant string `json:"matmul_variant"` // the matmul path, e.g. "openblas-Cooperlake"
+	// Describe is the device's own line when measured
+	// (forge.Device.Describe): the BLAS library, its kernels and who chose
+	// them.
+	Describe string `json:"describe"`
 
-	GFLOPS       float64 `json:"gflops"`        // best sgemm GFLOP/s (2·N³ per call)
-	GFLOPSMedian float64 `json:"gflops_median"` // median of the runs
-	GBps         float64 `json:"gbps"`          // best copy GB/s (bytes read + written)
-	GBpsMedian   float64 `json:"gbps_median"`
+	GFLOPS float64 `json:"gflops"` // the compute roof, GFLOP/s: FMA or Sgemm, as Roof says
+	Roof   string  `json:"roof"`   // "fma" or "sgemm": which measurement GFLOPS is
+
+	FMA       float64 `json:"fma_gflops"`        // best float32 FMA-loop GFLOP/s, all workers together (0: not measured)
+	FMAMedian float64 `json:"fma_gflops_median"` // median of the runs
+	FMAKernel string  `json:"fma_kernel"`        // the loop: "avx512-zmm", "avx2-ymm", "neon-q" or "go-scalar"
+	FMAVector bool    `json:"fma_vector"`        // the loop ran the vector units (false: the portable Go loop)
+	// FMAOther holds the narrower vector loops measured beside the widest
+	// (avx2-ymm on an AVX-512 CPU), best of their runs.
+	FMAOther []FMARate `json:"fma_other,omitempty"`
+
+	Sgemm       float64 `json:"sgemm_gflops"`        // best sgemm GFLOP/s (2·N³ per call)
+	SgemmMedian float64 `json:"sgemm_gflops_median"` // median of the runs
+	GBps        float64 `json:"gbps"`                // best copy GB/s (bytes read + written)
+	GBpsMedian  float64 `json:"gbps_median"`
 
 	MatmulN   int       `json:"matmul_n"`   // N of the N×N×N sgemm
 	CopyBytes int64     `json:"copy_bytes"` // size of the copied float32 tensor
@@ -40,6 +67,17 @@ type Roofline struct {
 	// busyLimit is kept for this process only, never cached.
 	Busy float64 `json:"busy"`
 }
+
+// FMARate is one FMA loop's best rate.
+type FMARate struct {
+	Kernel string  `json:"kernel"`
+	GFLOPS float64 `json:"gflops"`
+}
+
+// peakVersion changes whenever a Roofline's fields change meaning; it is
+// part of the cache key, so older cache files are measured again. Version
+// 2: GFLOPS became the FMA-loop roof (it was the sgemm figure).
+const peakVersion = 2
 
 // watchLoad is otherLoad; tests replace it.
 var watchLoad = otherLoad
@@ -57,30 +95,74 @@ func (p *Roofline) Ridge() float64 {
 	return p.GFLOPS / p.GBps
 }
 
-func (p *Roofline) String() string {
-	s := fmt.Sprintf("%s (%s, %d procs, matmul %s): %.1f GFLOP/s sgemm %d³, %.1f GB/s copy; ridge %.1f FLOP/B",
-		p.Device, p.CPU, p.Procs, p.Variant, p.GFLOPS, p.MatmulN, p.GBps, p.Ridge())
+// SgemmShare is the sgemm figure as a fraction of the compute roof.
+func (p *Roofline) SgemmShare() float64 {
+	if p.GFLOPS <= 0 {
+		return 0
+	}
+	return p.Sgemm / p.GFLOPS
+}
+
+// Summary is the roofline in one line, without the device's description:
+// "cpu (AMD EPYC, 2 procs): peak 233.4 GFLOP/s FMA (avx512-zmm on 2
+// workers; avx2-ymm 231.0), sgemm 2048³ 190.5 GFLOP/s = 82 % of peak
+// (matmul openblas-Cooperlake), copy 41.2 GB/s; ridge 5.7 FLOP/B".
+func (p *Roofline) Summary() string {
+	var roof string
+	switch {
+	case p.Roof == "fma":
+		roof = fmt.Sprintf("peak %.1f GFLOP/s FMA (%s on %d workers", p.GFLOPS, p.FMAKernel, p.Procs)
+		for _, o := range p.FMAOther {
+			roof += fmt.Sprintf("; %s %.1f", o.Kernel, o.GFLOPS)
+		}
+		roof += ")"
+	case p.FMA > 0:
+		roof = fmt.Sprintf("peak %.1f GFLOP/s from sgemm (above the FMA loop's %.1f, %s", p.GFLOPS, p.FMA, p.FMAKernel)
+		if !p.FMAVector {
+			roof += ": portable Go, not the vector units"
+		}
+		roof += ")"
+	default:
+		roof = fmt.Sprintf("peak %.1f GFLOP/s from sgemm (no FMA loop for this device)", p.GFLOPS)
+	}
+	s := fmt.Sprintf("%s (%s, %d procs): %s, sgemm %d³ %.1f GFLOP/s = %.0f %% of peak (matmul %s), copy %.1f GB/s; ridge %.1f FLOP/B",
+		p.Device, p.CPU, p.Procs, roof, p.MatmulN, p.Sgemm, 100*p.SgemmShare(), p.Variant, p.GBps, p.Ridge())
 	if p.Busy > busyLimit {
 		s += fmt.Sprintf(" (measured while other processes used %.0f %% of the CPUs: low, not cached)", 100*p.Busy)
 	}
 	return s
 }
 
-// key identifies the machine a peak belongs to.
-func (p *Roofline) key() string { return peakKey(p.Device, p.CPU, p.Procs, p.Variant) }
+// String is Summary and, on a second line, what the device ran with
+// ("  device: cpu: 2 workers, matmul openblas-Cooperlake: OpenBLAS …").
+func (p *Roofline) String() string {
+	if p.Describe == "" {
+		return p.Summary()
+	}
+	return p.Summary() + "\n  device: " + p.Describe
+}
 
-func peakKey(device, cpu string, procs int, variant string) string {
-	return fmt.Sprintf("%s|%s|%d|%s", device, cpu, procs, variant)
+// key identifies the machine a peak belongs to.
+func (p *Roofline) key() string { return peakKey(p.Version, p.Device, p.CPU, p.Procs, p.Variant) }
+
+func peakKey(version int, device, cpu string, procs int, variant string) string {
+	return fmt.Sprintf("v%d|%s|%s|%d|%s", version, device, cpu, procs, variant)
 }
 
 // Calibration sizes: a 2048³ sgemm (17 GFLOP, ~0.1 s on two cores) and a
-// 64 MiB copy, five timed runs each after one warm-up.
+// 64 MiB copy, five timed runs each after one warm-up; each vector FMA loop
+// seven runs of 40 ms (a run on a shared machine now and then loses a
+// worker to another tenant: the best run is the peak).
 const (
 	calibN     = 2048
 	calibCopy  = 64 << 20 / 4 // float32 elements
 	calibRuns  = 5
+	fmaRuns    = 7
 	peakSubdir = "profile"
 )
+
+// fmaRunTime is how long one FMA-loop run lasts; tests shorten it.
+var fmaRunTime = 40 * time.Millisecond
 
 var (
 	peakMu    sync.Mutex
@@ -88,7 +170,7 @@ var (
 )
 
 // Peak returns the default device's peak: from this process's memory, the
-// cache file, or (the first time on a machine, ~1 s) by calibrating and
+// cache file, or (the first time on a machine, ~1.5 s) by calibrating and
 // caching the result. It never fails; when the cache cannot be written, or
 // other processes were busy during the measurement (Roofline.Busy), the
 // next process measures again.
@@ -142,7 +224,7 @@ func lookupPeak(d *forge.Device) *Roofline {
 		return nil
 	}
 	var p Roofline
-	if json.Unmarshal(b, &p) != nil || p.key() != key || p.GFLOPS <= 0 || p.GBps <= 0 {
+	if json.Unmarshal(b, &p) != nil || p.key() != key || p.GFLOPS <= 0 || p.Sgemm <= 0 || p.GBps <= 0 {
 		return nil
 	}
 	peakCache[key] = &p
@@ -150,7 +232,7 @@ func lookupPeak(d *forge.Device) *Roofline {
 }
 
 func deviceKey(d *forge.Device) string {
-	return peakKey(d.Name(), cpuModel(), runtime.GOMAXPROCS(0), variantOf(d.Backend(), "matmul"))
+	return peakKey(peakVersion, d.Name(), cpuModel(), runtime.GOMAXPROCS(0), variantOf(d.Backend(), "matmul"))
 }
 
 func variantOf(be backend.Backend, kernel string) string {
@@ -177,12 +259,14 @@ func peakPath(key string) (string, error) {
 }
 
 // calibrateLocked measures d's peak with an n³ sgemm and a copy of
-// copyElems float32 values, runs times each after a warm-up, and caches
-// it in memory and on disk. peakMu is held.
+// copyElems float32 values, runs times each after a warm-up, and, on the
+// CPU, the FMA loops; it caches the result in memory and on disk. peakMu
+// is held.
 func calibrateLocked(d *forge.Device, n, copyElems, runs int) (*Roofline, error) {
 	runs = max(runs, 1)
 	p := &Roofline{
-		Device: d.Name(), CPU: cpuModel(), Procs: runtime.GOMAXPROCS(0), Variant: variantOf(d.Backend(), "matmul"),
+		Version: peakVersion, Device: d.Name(), CPU: cpuModel(), Procs: runtime.GOMAXPROCS(0),
+		Variant: variantOf(d.Backend(), "matmul"), Describe: d.Describe(),
 		MatmulN: n, CopyBytes: int64(copyElems) * 4, Runs: runs, Measured: time.Now().UTC().Truncate(time.Second),
 	}
 	// d is the default device: the tensors below live on it.
@@ -207,8 +291,15 @@ func calibrateLocked(d *forge.Device, n, copyElems, runs int) (*Roofline, error)
 		})
 		gb = rates(prof, "copy", func(r Record) float64 { return float64(r.Bytes) })
 	})
-	p.GFLOPS, p.GFLOPSMedian = slices.Max(gf), median(gf)
+	p.Sgemm, p.SgemmMedian = slices.Max(gf), median(gf)
 	p.GBps, p.GBpsMedian = slices.Max(gb), median(gb)
+	if d.Name() == "cpu" {
+		measureFMA(p)
+	}
+	p.GFLOPS, p.Roof = p.Sgemm, "sgemm"
+	if p.FMA >= p.Sgemm {
+		p.GFLOPS, p.Roof = p.FMA, "fma"
+	}
 	p.Busy = load()
 	key := p.key()
 	peakCache[key] = p
@@ -228,6 +319,33 @@ func calibrateLocked(d *forge.Device, n, copyElems, runs int) (*Roofline, error)
 		return p, fmt.Errorf("profile: caching the peak in %s: %w", path, err)
 	}
 	return p, nil
+}
+
+// measureFMA fills p's FMA fields: every vector FMA loop the CPU runs
+// (widest first; the portable Go loop only when there is none), fmaRuns
+// runs of fmaRunTime each on all GOMAXPROCS workers at once, the loops
+// taking turns so that a passing disturbance (another tenant taking a
+// core for a moment) falls on all of them alike. The widest loop's best
+// run is the FMA peak; the narrower ones go to FMAOther.
+func measureFMA(p *Roofline) {
+	var kernels []fmapeak.Kernel
+	for i, k := range fmapeak.Kernels() {
+		if k.Vector || i == 0 { // the portable loop only when there is no other
+			kernels = append(kernels, k)
+		}
+	}
+	runs := make([][]float64, len(kernels))
+	for range fmaRuns {
+		for i, k := range kernels {
+			runs[i] = append(runs[i], fmapeak.Measure(k, p.Procs, fmaRunTime).GFLOPS)
+		}
+	}
+	p.FMAKernel, p.FMAVector = kernels[0].Name, kernels[0].Vector
+	p.FMA, p.FMAMedian = slices.Max(runs[0]), median(runs[0])
+	p.FMAOther = nil
+	for i, k := range kernels[1:] {
+		p.FMAOther = append(p.FMAOther, FMARate{Kernel: k.Name, GFLOPS: slices.Max(runs[i+1])})
+	}
 }
 
 // rates returns work(r)/duration in units of 1e9 per second for the

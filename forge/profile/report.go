@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/forgeml/forge/forge"
 )
 
 // GroupBy chooses what one row of a report stands for.
@@ -65,6 +67,11 @@ type Report struct {
 	OmittedTotal time.Duration `json:"omitted_ns"`
 	OmittedShare float64       `json:"omitted_share"`
 	Peak         *Roofline     `json:"peak,omitempty"` // the roofline used, if any
+	// DeviceInfo says what each of Devices ran its kernels with, one line
+	// each (forge.Device.Describe: for the CPU the BLAS library, its
+	// kernels and who chose them); just the name for a device this process
+	// cannot open.
+	DeviceInfo []string `json:"device_info"`
 }
 
 // PhaseRow is the time of one phase. Kernel phases are "forward",
@@ -187,6 +194,9 @@ func (p *Profile) Report(opts ReportOptions) *Report {
 	}
 
 	rep.Peak = opts.Peak
+	for _, name := range rep.Devices {
+		rep.DeviceInfo = append(rep.DeviceInfo, describeDevice(name))
+	}
 	rep.Wall, rep.Kernel = per(p.Wall), per(kernel)
 	rep.Outside = rep.Wall - rep.Kernel
 	rep.Calls = float64(len(p.Records)) / float64(it)
@@ -232,6 +242,16 @@ func (p *Profile) Report(opts ReportOptions) *Report {
 	}
 	rep.Phases = p.phases()
 	return rep
+}
+
+// describeDevice is the named device's Describe line, or the name when
+// this process cannot open it (a recording made elsewhere, a test).
+func describeDevice(name string) string {
+	d, err := forge.OpenDevice(name)
+	if err != nil {
+		return name
+	}
+	return d.Describe()
 }
 
 // roofline fills the roofline columns of row from the peak of its device.
@@ -377,8 +397,14 @@ func (r *Report) String() string {
 	}
 	fmt.Fprintf(&b, "profile%s: wall %s, in kernels %s (%s), outside kernels %s (%s), %s kernel calls\n",
 		per, fmtDur(r.Wall), fmtDur(r.Kernel), pct(r.KernelShare), fmtDur(r.Outside), pct(1-r.KernelShare), fmtCalls(r.Calls))
+	for _, d := range r.DeviceInfo {
+		fmt.Fprintf(&b, "device: %s\n", d)
+	}
 	if pk := r.Peak; pk != nil {
-		fmt.Fprintf(&b, "roofline: %s\n", pk)
+		fmt.Fprintf(&b, "roofline: %s\n", pk.Summary())
+		if pk.Describe != "" && !slices.Contains(r.DeviceInfo, pk.Describe) {
+			fmt.Fprintf(&b, "  (peak measured with %s)\n", pk.Describe)
+		}
 	}
 	if len(r.Phases) > 0 {
 		b.WriteByte('\n')

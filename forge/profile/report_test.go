@@ -208,6 +208,52 @@ func TestRoofline(t *testing.T) {
 	}
 }
 
+// A report's header says what each device ran with (Device.Describe: for
+// the CPU the BLAS library and its kernels), and its roofline line gives
+// the FMA roof with the sgemm figure as a share of it.
+func TestReportSaysWhatRan(t *testing.T) {
+	onCPU := call("matmul", "openblas", forge.PhaseForward, 0, 10*ms, 1e9, 1e6)
+	onCPU.Device = "cpu"
+	p := FromCalls(t0, 30*ms, onCPU, call("softmax", "", forge.PhaseForward, 10*ms, 10*ms, 0, 1e6))
+	cpuLine := forge.DefaultDevice().Describe()
+	if !strings.HasPrefix(cpuLine, "cpu: ") || !strings.Contains(cpuLine, "matmul ") {
+		t.Fatalf("the CPU's Describe line: %q", cpuLine)
+	}
+	peak := &Roofline{Version: peakVersion, Device: "cpu", CPU: "test CPU", Procs: 2, Variant: "openblas-Test", Describe: cpuLine,
+		GFLOPS: 200, Roof: "fma", FMA: 200, FMAKernel: "avx512-zmm", FMAVector: true, FMAOther: []FMARate{{"avx2-ymm", 198}},
+		Sgemm: 150, MatmulN: 2048, GBps: 20}
+	r := p.Report(ReportOptions{Peak: peak})
+	if len(r.DeviceInfo) != 2 || r.DeviceInfo[0] != cpuLine || r.DeviceInfo[1] != "test" {
+		t.Fatalf("device info %q", r.DeviceInfo)
+	}
+	s := r.String()
+	for _, want := range []string{
+		"\ndevice: " + cpuLine + "\n", "\ndevice: test\n",
+		"roofline: cpu (test CPU, 2 procs): peak 200.0 GFLOP/s FMA (avx512-zmm on 2 workers; avx2-ymm 198.0), sgemm 2048³ 150.0 GFLOP/s = 75 % of peak (matmul openblas-Test)",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("text lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "peak measured with") {
+		t.Errorf("the peak's device line repeated:\n%s", s)
+	}
+	// % roof is of the FMA roof, not of the sgemm figure: 1 GFLOP in 10 ms
+	// is 100 GFLOP/s, half of 200.
+	for _, row := range r.Rows {
+		if row.Kernel == "matmul" && (!near(row.PctRoof, 0.5) || row.Attainable != 200) {
+			t.Errorf("matmul on the roofline: %+v", row)
+		}
+	}
+	peak.Describe = "cpu: 1 workers, matmul elsewhere"
+	if s := p.Report(ReportOptions{Peak: peak}).String(); !strings.Contains(s, "(peak measured with cpu: 1 workers, matmul elsewhere)") {
+		t.Errorf("a peak measured with other kernels does not say so:\n%s", s)
+	}
+	if s := peak.String(); !strings.HasSuffix(s, "\n  device: cpu: 1 workers, matmul elsewhere") {
+		t.Errorf("the roofline's String does not say what ran: %q", s)
+	}
+}
+
 func TestPhasesSplitWall(t *testing.T) {
 	// 0–1 data, 2–5 and 6–8 forward, 10–15 backward, 16–18 optimizer, end 20.
 	p := FromCalls(t0, 20*ms,
