@@ -142,6 +142,7 @@ func cmdBench(e *env, args []string) error {
 				bound, 100*pct, att, float64(r.FLOPs)/float64(max(r.Bytes, 1)))
 		}
 	}
+	printDevice(e)
 	return nil
 }
 
@@ -176,7 +177,9 @@ func benchStep(e *env, config string, prof bool, trace string, steps int, roof, 
 	}
 	fmt.Fprintln(e.stdout, res)
 	if rep != nil {
-		fmt.Fprintf(e.stdout, "\n%d steps profiled; per step:\n%s", res.Profile.Iterations, rep)
+		fmt.Fprintf(e.stdout, "\n%d steps profiled; per step:\n%s", res.Profile.Iterations, rep) // its header says what ran
+	} else {
+		printDevice(e)
 	}
 	if trace != "" {
 		fmt.Fprintf(e.stdout, "\ntrace written to %s (open it in https://ui.perfetto.dev or chrome://tracing)\n", trace)
@@ -187,7 +190,7 @@ func benchStep(e *env, config string, prof bool, trace string, steps int, roof, 
 func benchPeak(e *env, recalibrate, asJSON bool) error {
 	var p *profile.Roofline
 	if recalibrate {
-		fmt.Fprintln(e.stderr, "forge bench: measuring this machine's peak (2048³ sgemm, 64 MiB copy)…")
+		fmt.Fprintln(e.stderr, "forge bench: measuring this machine's peak (FMA loops, 2048³ sgemm, 64 MiB copy)…")
 		var err error
 		if p, err = profile.Calibrate(); err != nil {
 			fmt.Fprintf(e.stderr, "forge bench: %s\n", oneLine(err))
@@ -208,8 +211,15 @@ func peakFor(e *env) *profile.Roofline {
 	if p := profile.KnownPeak(forge.DefaultDevice().Name()); p != nil {
 		return p
 	}
-	fmt.Fprintln(e.stderr, "forge bench: measuring this machine's peak (2048³ sgemm, 64 MiB copy; once per machine)…")
+	fmt.Fprintln(e.stderr, "forge bench: measuring this machine's peak (FMA loops, 2048³ sgemm, 64 MiB copy; once per machine)…")
 	return profile.Peak()
+}
+
+// printDevice ends `forge info` and the benchmarks with what the default
+// device runs its kernels with: "device: cpu: 2 workers, matmul
+// openblas-Cooperlake: OpenBLAS 0.3.21, Cooperlake kernels, …".
+func printDevice(e *env) {
+	fmt.Fprintf(e.stdout, "device: %s\n", forge.DefaultDevice().Describe())
 }
 
 func writeJSON(w io.Writer, v any) error {

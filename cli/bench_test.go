@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/internal/fmapeak"
 )
 
 func TestBenchKernels(t *testing.T) {
@@ -82,5 +85,27 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 	if r := runCLI("help", "bench"); r.code != 0 || !strings.Contains(r.stdout, "usage: forge bench matmul M N K") || !strings.Contains(r.stdout, "-recalibrate") {
 		t.Errorf("help bench: %+v", r)
+	}
+}
+
+// `forge info` and `forge bench` say what the device runs its kernels with
+// (Device.Describe: for the CPU the BLAS library, its kernels and who
+// chose them), and the peak gives the FMA roof with sgemm beside it.
+func TestInfoAndBenchSayWhatRan(t *testing.T) {
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	line := "device: " + forge.DefaultDevice().Describe() + "\n"
+	if !strings.HasPrefix(line, "device: cpu: ") {
+		t.Fatalf("the CPU's Describe line: %q", line)
+	}
+	for _, args := range [][]string{{"info"}, {"info", "--config", "tiny"}, {"bench", "copy", "4096", "--budget", "10ms"}} {
+		if r := runCLI(args...); r.code != 0 || !strings.HasSuffix(r.stdout, "\n"+line) {
+			t.Errorf("%v does not end with %q: %+v", args, line, r)
+		}
+	}
+	r := runCLI("bench", "peak")
+	for _, want := range []string{"cpu (", " GFLOP/s FMA (" + fmapeak.Best().Name + " on ", ", sgemm 2048³ ", " % of peak (matmul ", "\n  " + line} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("bench peak lacks %q: %+v", want, r)
+		}
 	}
 }

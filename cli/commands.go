@@ -290,6 +290,7 @@ func cmdInfo(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "  %-10s %7.1f M parameters  %6.1f MFLOP/token  context %4d  %s\n", name,
 				float64(c.Model.Params())/1e6, float64(c.Model.FLOPsPerToken())/1e6, c.Model.Context, describe(c.Model))
 		}
+		printDevice(e)
 		return nil
 	}
 	m := cfg.Model.Resolved()
@@ -312,6 +313,7 @@ func cmdInfo(e *env, args []string) error {
 		}
 		fmt.Fprint(e.stdout, nn.Summarize(mod))
 	}
+	printDevice(e)
 	return nil
 }
 

@@ -232,7 +232,10 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer.Kind(), r.Tokenizer.VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
 		nn.Thousands(r.TrainData.Tokens()), nn.Thousands(r.ValData.Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
-	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s), device %s\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s), forge.DefaultDevice().Name())
+	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s)\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s))
+	// What the kernels run with: for the CPU the BLAS library, its kernels
+	// and who chose them.
+	fmt.Fprintf(w, "device    %s\n", forge.DefaultDevice().Describe())
 	if h := tr.History.Steps; len(h) > 0 {
 		last := h[len(h)-1]
 		fmt.Fprintf(w, "losses    train %.4f at step %d", last.Loss, last.Step)

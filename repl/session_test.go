@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/forgeml/forge/forge"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -67,6 +69,7 @@ var (
 	reDigits   = regexp.MustCompile(`\d+`)
 	reSpaces   = regexp.MustCompile(` {2,}`)
 	reHistRow  = regexp.MustCompile(`(?m)^ +\d+ +#\.#.*$`)
+	reBLASCore = regexp.MustCompile(`openblas-[A-Za-z0-9]+`)
 )
 
 // normalize masks what changes from run to run or machine to machine:
@@ -74,6 +77,10 @@ var (
 // TestReplMatchesTrain instead); profiles and benchmarks keep only their
 // shape.
 func normalize(input, out string) string {
+	// What the device runs with depends on the machine (the BLAS library's
+	// version and kernels): the line itself is checked by TestInfoDevice.
+	out = strings.ReplaceAll(out, forge.DefaultDevice().Describe(), "<device>")
+	out = reBLASCore.ReplaceAllString(out, "openblas-<core>")
 	out = reRate.ReplaceAllString(out, "<rate>")
 	out = reDuration.ReplaceAllString(out, "<time>")
 	out = reFloat.ReplaceAllString(out, "#.#")
@@ -85,10 +92,11 @@ func normalize(input, out string) string {
 	if strings.HasPrefix(input, ":profile") || strings.HasPrefix(input, ":bench") || strings.HasPrefix(input, ":sample") || strings.HasPrefix(input, ":plot loss") {
 		out = reDigits.ReplaceAllString(out, "#")
 		out = reSpaces.ReplaceAllString(out, " ")
-		if strings.HasPrefix(input, ":profile") && strings.Count(out, "\n") > 4 {
-			// The kernel table's rows depend on timings: keep its head.
+		if strings.HasPrefix(input, ":profile") && strings.Count(out, "\n") > 5 {
+			// The kernel table's rows depend on timings: keep its head
+			// (the header, the device line, the phase table's head).
 			lines := strings.SplitAfter(out, "\n")
-			out = strings.Join(lines[:4], "") + "…\n"
+			out = strings.Join(lines[:5], "") + "…\n"
 		}
 		if strings.HasPrefix(input, ":sample") || strings.HasPrefix(input, ":plot loss\n") || input == ":plot loss" {
 			// Sampled text and chart shapes follow the losses: keep the last line.
@@ -128,6 +136,17 @@ func TestTranscript(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "run", "plots", "loss-val_loss.html")); err != nil {
 		t.Errorf(":plot --browser wrote no page: %v", err)
+	}
+}
+
+// :info says what the device runs its kernels with, in Describe's words.
+func TestInfoDevice(t *testing.T) {
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	s, out, dir := newTestSession(t)
+	got := transcript(t, s, out, ":new "+filepath.Join(dir, "micro.json")+" "+filepath.Join(dir, "run")+"\n:info", dir)
+	want := "\ndevice    " + forge.DefaultDevice().Describe() + "\n"
+	if !strings.Contains(strings.ReplaceAll(out.String(), dir, "$DIR"), want) {
+		t.Errorf(":info lacks %q:\n%s", want, got)
 	}
 }
 
