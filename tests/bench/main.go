@@ -3,7 +3,20 @@
 // with numpy's figure and the ratio, the machine's copy bandwidth, and the
 // memory-bound fused kernels in GB/s and as a share of that bandwidth.
 //
-//	go run ./tests/bench [-repeats 11] [-python /usr/bin/python3] [-idle 10s] [-quick]
+//	go run ./tests/bench [-repeats 11] [-python /usr/bin/python3] [-idle 10s] [-peer-core NAME] [-quick]
+//
+// numpy runs at its best: Debian's numpy uses a DYNAMIC_ARCH OpenBLAS that
+// falls back to generic kernels on CPUs newer than itself, so before the
+// rounds a short sgemm calibration (package peercore, 6–7 s) runs each
+// OpenBLAS core this CPU can execute and the library's own choice in a
+// numpy process of its own, and the fastest is set as OPENBLAS_CORETYPE in
+// numpy's environment only (-peer-core names it by hand; "default" is the
+// library's own). Forge chooses its kernels itself and runs with no such
+// variable, unless the user set OPENBLAS_CORETYPE: then both sides run the
+// user's core and the header says so. The header prints both sides' BLAS
+// library and core (numpy's as openblas_get_corename reports it in the
+// numpy process), the table forge's matmul path per row and numpy's core
+// in its column's name, and rows below 0.95× numpy are listed at the end.
 //
 // numpy runs in one long-lived python process (numpy_matmul.py, embedded)
 // that times one request at a time. Each round times every forge row, then
@@ -29,6 +42,7 @@ import (
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/cpu"
+	"github.com/forgeml/forge/tests/bench/peercore"
 )
 
 var (
@@ -36,7 +50,11 @@ var (
 	python  = flag.String("python", defaultPython(), "python with numpy for the reference column (\"\" to skip)")
 	idle    = flag.Duration("idle", 10*time.Second, "before each round wait up to this long for an idle machine (0: never wait)")
 	quick   = flag.Bool("quick", false, "only the 256³ matmul, the copy and the fused kernels (a smoke test)")
+	peer    = flag.String("peer-core", "", "OpenBLAS core for numpy (OPENBLAS_CORETYPE in its environment; \"default\": the library's own); empty: the fastest in a short calibration")
 )
+
+// slowRatio is the forge/numpy ratio below which a row is listed as a gap.
+const slowRatio = 0.95
 
 // minSeconds is how long one timed sample runs (repeated calls).
 const minSeconds = 0.02
@@ -70,8 +88,13 @@ type row struct {
 func main() {
 	flag.Parse()
 	be := cpu.New()
+	be.Describe() // forge chooses its BLAS core now, before any child starts
 
-	np := startNumpy(*python)
+	if *python != "" && *peer == "" {
+		fmt.Fprintln(os.Stderr, "bench: choosing numpy's OpenBLAS core (a short sgemm calibration)…")
+	}
+	choice := peercore.Choose(*python, *peer)
+	np := startNumpy(*python, choice.Env(os.Environ()))
 	defer np.close()
 
 	var rows []*row
@@ -109,7 +132,7 @@ func main() {
 	}
 	other := load.otherShare()
 
-	printTable(be, rows, copyRow, np, other)
+	printTable(be, rows, copyRow, np, choice, other)
 }
 
 // ---------------------------------------------------------------------------
@@ -339,17 +362,39 @@ func median(x []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func printTable(be *cpu.Backend, rows []*row, copyRow *row, np *numpyProc, other float64) {
+func printTable(be *cpu.Backend, rows []*row, copyRow *row, np *numpyProc, choice peercore.Choice, other float64) {
 	fmt.Printf("forge bench: cpu backend, %s/%s, %s, %d workers, float32, median of %d rounds\n",
 		runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.GOMAXPROCS(0), *repeats)
+	if choice.UserEnv != "" {
+		both := "forge and numpy both run it"
+		if choice.How != "user" {
+			both = "forge runs it, numpy the core named by -peer-core"
+		}
+		fmt.Printf("%s=%s is set by the user: %s\n", peercore.EnvVar, choice.UserEnv, both)
+		fmt.Printf("forge: cpu: %s\n", be.Describe())
+	} else {
+		fmt.Printf("forge: cpu: %s (%s unset)\n", be.Describe(), peercore.EnvVar)
+	}
+	npCore := "numpy"
 	if np.err != "" {
 		fmt.Printf("numpy: unavailable (%s)\n", np.err)
 	} else {
-		fmt.Printf("numpy: %s, BLAS %s\n", np.version, np.blas)
+		core := np.core
+		if core == "" {
+			core = "not OpenBLAS"
+		} else {
+			npCore = "numpy " + core
+		}
+		fmt.Printf("numpy: %s, BLAS %s, core %s (%s), %d threads\n", np.version, np.blas, core, choice.Setting(), np.threads)
+		fmt.Printf("numpy's core: %s\n", choice)
+		if choice.Core != "" && np.core != "" && !strings.EqualFold(np.core, choice.Core) {
+			fmt.Printf("WARNING: numpy was asked for %s but runs %s\n", choice.Core, np.core)
+		}
 	}
 	fmt.Println()
 	copyBW := median(copyRow.forgeRuns)
-	t := [][]string{{"kernel", "shape", "forge", "", "path", "numpy", "forge/numpy", "% of copy"}}
+	t := [][]string{{"kernel", "shape", "forge", "", "forge path", npCore, "forge/numpy", "% of copy"}}
+	var slow []string
 	for _, rw := range rows {
 		if rw.note != "" {
 			t = append(t, []string{rw.op, rw.shape, rw.note, "", rw.path, "", "", ""})
@@ -367,6 +412,9 @@ func printTable(be *cpu.Backend, rows []*row, copyRow *row, np *numpyProc, other
 			nv := median(rw.numpyRuns)
 			npCol = fmt.Sprintf("%.1f", nv)
 			ratio = fmt.Sprintf("%.2f×", f/nv)
+			if f/nv < slowRatio {
+				slow = append(slow, fmt.Sprintf("%s %s %.2f×", rw.op, rw.shape, f/nv))
+			}
 		}
 		if rw.vsCopy && copyBW > 0 {
 			share = fmt.Sprintf("%.0f %%", 100*f/copyBW)
@@ -374,6 +422,9 @@ func printTable(be *cpu.Backend, rows []*row, copyRow *row, np *numpyProc, other
 		t = append(t, []string{rw.op, rw.shape, fmt.Sprintf("%.1f", f), rw.unit, rw.path, npCol, ratio, share})
 	}
 	printAligned(t, "LLRLLRRR")
+	if len(slow) > 0 {
+		fmt.Printf("below %.2f× numpy: %s\n", slowRatio, strings.Join(slow, "; "))
+	}
 	for _, rw := range rows {
 		if rw.numpyErr != "" {
 			fmt.Printf("numpy error for %s %s: %s\n", rw.op, rw.shape, rw.numpyErr)

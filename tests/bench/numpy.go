@@ -20,12 +20,14 @@ type numpyProc struct {
 	out     *bufio.Scanner
 	version string
 	blas    string
+	core    string // the OpenBLAS core the process runs ("" if not OpenBLAS)
+	threads int    // OpenBLAS's threads
 	err     string // why numpy is unavailable ("" if it runs)
 }
 
-// startNumpy starts numpy_matmul.py under python. Failure is recorded in
-// err, never fatal.
-func startNumpy(python string) *numpyProc {
+// startNumpy starts numpy_matmul.py under python with the environment env.
+// Failure is recorded in err, never fatal.
+func startNumpy(python string, env []string) *numpyProc {
 	p := &numpyProc{}
 	if python == "" {
 		p.err = "skipped (-python \"\")"
@@ -37,6 +39,7 @@ func startNumpy(python string) *numpyProc {
 		return p
 	}
 	p.cmd = exec.Command(path, "-c", numpyScript)
+	p.cmd.Env = env
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
 		p.err = err.Error()
 		return p
@@ -53,7 +56,10 @@ func startNumpy(python string) *numpyProc {
 		return p
 	}
 	p.out = bufio.NewScanner(stdout)
-	var hello struct{ Numpy, Blas, Error string }
+	var hello struct {
+		Numpy, Blas, Core, Error string
+		Threads                  int
+	}
 	if !p.out.Scan() || json.Unmarshal(p.out.Bytes(), &hello) != nil {
 		p.close()
 		p.err = fmt.Sprintf("%s did not start the numpy script: %s", python, strings.TrimSpace(stderr.String()))
@@ -64,7 +70,7 @@ func startNumpy(python string) *numpyProc {
 		p.err = fmt.Sprintf("%s: %s", python, hello.Error)
 		return p
 	}
-	p.version, p.blas = hello.Numpy, hello.Blas
+	p.version, p.blas, p.core, p.threads = hello.Numpy, hello.Blas, hello.Core, hello.Threads
 	return p
 }
 

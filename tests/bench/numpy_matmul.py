@@ -11,12 +11,16 @@ whatever load the machine has at that moment:
     copy:N     time np.copyto of N float32 elements.  Reply: {"gbps": ...}
                (bytes read + written per second, 1e9)
 
-The first line written is {"numpy": version, "blas": library} or, when
-numpy cannot be imported, {"error": "..."} (the script then exits).
+The first line written is {"numpy": version, "blas": library, "core": the
+OpenBLAS core this process runs (openblas_get_corename, so it reflects
+OPENBLAS_CORETYPE), "threads": OpenBLAS's thread count} or, when numpy
+cannot be imported, {"error": "..."} (the script then exits).
 Run it by hand with e.g. `echo 1024x1024x1024:NN | /usr/bin/python3
 numpy_matmul.py`.
 """
+import ctypes
 import json
+import os
 import sys
 import time
 
@@ -46,6 +50,28 @@ def blas_name():
         return "?"
 
 
+def openblas():
+    """The OpenBLAS numpy loaded, as a ctypes handle (None if numpy runs
+    another BLAS): found in the process's memory map and opened with
+    RTLD_NOLOAD, so it is the very library numpy calls."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted({line.split()[-1] for line in f if ".so" in line})
+    except OSError:
+        return None
+    for lib in libs:
+        if "blas" not in lib.rsplit("/", 1)[-1]:
+            continue
+        try:
+            h = ctypes.CDLL(lib, mode=os.RTLD_NOLOAD)
+            h.openblas_get_corename.restype = ctypes.c_char_p
+            h.openblas_get_num_threads.restype = ctypes.c_int
+            return h
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
 def seconds_per_call(fn):
     """Warm up, then time enough calls to last MIN_SECONDS; seconds per call."""
     fn()
@@ -67,7 +93,12 @@ def operand(rng, rows, cols, transposed):
 
 
 def main():
-    print(json.dumps({"numpy": np.__version__, "blas": blas_name()}), flush=True)
+    h = openblas()
+    hello = {"numpy": np.__version__, "blas": blas_name()}
+    if h is not None:
+        hello["core"] = h.openblas_get_corename().decode()
+        hello["threads"] = h.openblas_get_num_threads()
+    print(json.dumps(hello), flush=True)
     rng = np.random.default_rng(0)
     cache = {}
     for line in sys.stdin:

@@ -4,11 +4,24 @@
 // forge's Trainer — zero grad, forward, loss, backward, global-norm clip,
 // AdamW — and runs the PyTorch script at 1 and 2 threads, alternating
 // rounds so both see the same machine. It prints each side's median step
-// time, tokens/s, the ratio against PyTorch's best setting, and where
-// forge's step time goes (forward, backward, optimizer; the top kernels;
-// time outside kernels).
+// time, tokens/s, GFLOP/s and MFU (model FLOPs utilisation: training FLOPs
+// per token, gpt.Config.FLOPsPerToken, times tokens/s, over the machine's
+// measured FMA peak, profile.Peak), the ratio against PyTorch's best
+// setting, and where forge's step time goes (forward, backward, optimizer;
+// the top kernels; time outside kernels).
 //
-//	go run ./tests/benchtrain [-configs tiny,small] [-rounds 3] [-torch ../shared/bench/torch_gpt_step.py]
+//	go run ./tests/benchtrain [-configs tiny,small] [-rounds 3] [-torch ../shared/bench/torch_gpt_step.py] [-peer-core NAME]
+//
+// PyTorch runs at its best: best of 1 and 2 threads, and the best OpenBLAS
+// core. Debian's PyTorch uses the same DYNAMIC_ARCH OpenBLAS as numpy,
+// which falls back to generic kernels on CPUs newer than itself; a short
+// sgemm calibration (tests/bench/peercore, 6–7 s) picks the fastest core
+// this CPU can run and sets it as OPENBLAS_CORETYPE in PyTorch's
+// environment only (-peer-core names it by hand). Forge chooses its own
+// kernels and runs with no such variable, unless the user set
+// OPENBLAS_CORETYPE: then both sides run it and the header says so. Each
+// row names the core it ran: forge's matmul path, and the core
+// openblas_get_corename reported inside each PyTorch process.
 //
 // Like the PyTorch script, every step trains on one fixed batch of uniform
 // random tokens with lr 3e-4 (no schedule): throughput does not depend on
@@ -23,14 +36,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/tests/bench/peercore"
 )
 
 var (
@@ -39,6 +55,13 @@ var (
 	torchScript = flag.String("torch", "../shared/bench/torch_gpt_step.py", "the PyTorch baseline script (\"\" to skip)")
 	python      = flag.String("python", "/usr/bin/python3", "python with torch")
 	quick       = flag.Bool("quick", false, "tiny only, one round of 3 steps, no PyTorch (a smoke test)")
+	peer        = flag.String("peer-core", "", "OpenBLAS core for PyTorch (OPENBLAS_CORETYPE in its environment; \"default\": the library's own); empty: the fastest in a short calibration")
+)
+
+// The PyTorch side's setting, and the compute peak MFU is of.
+var (
+	choice peercore.Choice
+	peak   *profile.Roofline
 )
 
 // steps per round, as in the PyTorch script.
@@ -49,12 +72,16 @@ type fixed struct{ x, y []int32 }
 func (f fixed) Next() (x, y []int32) { return f.x, f.y }
 
 type torchResult struct {
-	StepMS float64 `json:"step_ms_median"`
-	Steps  int     `json:"timed_steps"`
-	Fwd    float64 `json:"fwd_ms_median"`
-	Bwd    float64 `json:"bwd_ms_median"`
-	Opt    float64 `json:"clip_opt_ms_median"`
-	Loss   float64 `json:"loss_last"`
+	Torch       string  `json:"torch"`
+	Threads     int     `json:"threads"`
+	BlasThreads int     `json:"blas_threads"`
+	BlasCore    string  `json:"blas_core"`
+	StepMS      float64 `json:"step_ms_median"`
+	Steps       int     `json:"timed_steps"`
+	Fwd         float64 `json:"fwd_ms_median"`
+	Bwd         float64 `json:"bwd_ms_median"`
+	Opt         float64 `json:"clip_opt_ms_median"`
+	Loss        float64 `json:"loss_last"`
 }
 
 func main() {
@@ -70,7 +97,33 @@ func main() {
 			*torchScript = ""
 		}
 	}
-	fmt.Printf("GPT training step, float32, CPU (%s); medians over %d rounds\n\n", forge.DefaultDevice().Name(), *rounds)
+	dev := forge.DefaultDevice()
+	if profile.KnownPeak(dev.Name()) == nil {
+		fmt.Fprintln(os.Stderr, "benchtrain: measuring the machine's peak (FMA loops, sgemm, copy; once, then cached)…")
+	}
+	peak = profile.Peak()
+	if *torchScript != "" {
+		fmt.Fprintln(os.Stderr, "benchtrain: choosing PyTorch's OpenBLAS core (a short sgemm calibration)…")
+		choice = peercore.Choose(*python, *peer)
+	} else {
+		choice = peercore.Choose("", *peer)
+	}
+	fmt.Printf("GPT training step, float32, CPU (%s); medians over %d rounds\n", cpuName(), *rounds)
+	if choice.UserEnv != "" {
+		both := "forge and PyTorch both run it"
+		if choice.How != "user" {
+			both = "forge runs it, PyTorch the core named by -peer-core"
+		}
+		fmt.Printf("%s=%s is set by the user: %s\n", peercore.EnvVar, choice.UserEnv, both)
+		fmt.Printf("forge:   %s\n", dev.Describe())
+	} else {
+		fmt.Printf("forge:   %s (%s unset)\n", dev.Describe(), peercore.EnvVar)
+	}
+	if *torchScript != "" {
+		fmt.Printf("PyTorch: best of --threads 1 and 2 (OMP_WAIT_POLICY=PASSIVE), %s; the core each run reported is in its row\n", choice.Setting())
+		fmt.Printf("PyTorch's core: %s\n", choice)
+	}
+	fmt.Printf("MFU: training FLOPs per token (gpt.Config.FLOPsPerToken) × tokens/s over %s\n\n", peakName())
 	for _, name := range names {
 		if err := bench(name); err != nil {
 			fmt.Fprintf(os.Stderr, "benchtrain: %s: %v\n", name, err)
@@ -129,26 +182,36 @@ func bench(name string) error {
 		fmt.Fprintf(os.Stderr, "  %s round %d/%d\n", name, r+1, *rounds)
 	}
 	tokens := float64(cfg.TokensPerStep())
+	fpt := float64(cfg.Model.FLOPsPerToken())
 	goMed := median(goMS)
-	fmt.Printf("%s: %s parameters, batch %d × context %d = %d tokens/step, %.2f GFLOP/step\n", name,
-		nn.Thousands(nn.Count(m)), B, T, B*T, float64(cfg.Model.FLOPsPerToken())*tokens/1e9)
-	fmt.Printf("  %-24s %9s %12s %9s\n", "", "ms/step", "tokens/s", "GFLOP/s")
-	line := func(label string, ms float64) {
-		fmt.Printf("  %-24s %9.1f %12.0f %9.1f\n", label, ms, tokens/ms*1e3, float64(cfg.Model.FLOPsPerToken())*tokens/ms/1e6)
+	fmt.Printf("%s: %s parameters, batch %d × context %d = %d tokens/step, %.2f GFLOP/step (%.2f MFLOP/token)\n", name,
+		nn.Thousands(nn.Count(m)), B, T, B*T, fpt*tokens/1e9, fpt/1e6)
+	fmt.Printf("  %-22s %-22s %9s %10s %9s %7s\n", "", "BLAS core", "ms/step", "tokens/s", "GFLOP/s", "MFU")
+	line := func(label, core string, ms float64) {
+		gflops := fpt * tokens / ms / 1e6
+		fmt.Printf("  %-22s %-22s %9.1f %10.0f %9.1f %6.1f%%\n", label, core, ms, tokens/ms*1e3, gflops, 100*gflops/peakGFLOPS())
 	}
-	line("forge", goMed)
-	best := 0.0
+	line("forge", variantOf(forge.DefaultDevice()), goMed)
+	best, bestTh := 0.0, 0
 	for _, th := range []int{1, 2} {
 		if ms := torchMS[th]; len(ms) > 0 {
 			med := median(ms)
-			line(fmt.Sprintf("PyTorch --threads %d", th), med)
+			res := torchLast[th]
+			core := res.BlasCore
+			if core == "" {
+				core = "(not OpenBLAS)"
+			}
+			line(fmt.Sprintf("PyTorch --threads %d", th), core, med)
+			if choice.Core != "" && res.BlasCore != "" && !strings.EqualFold(res.BlasCore, choice.Core) {
+				fmt.Printf("  WARNING: PyTorch was asked for %s but ran %s\n", choice.Core, res.BlasCore)
+			}
 			if best == 0 || med < best {
-				best = med
+				best, bestTh = med, th
 			}
 		}
 	}
 	if best > 0 {
-		fmt.Printf("  forge / PyTorch (best):  %.2f× the tokens/s\n", best/goMed)
+		fmt.Printf("  forge / PyTorch (best, --threads %d): %.2f× the tokens/s\n", bestTh, best/goMed)
 	}
 	profileStep(tr, goMed)
 	fmt.Println()
@@ -158,7 +221,7 @@ func bench(name string) error {
 func runTorch(config string, threads, steps int) (torchResult, error) {
 	var res torchResult
 	cmd := exec.Command(*python, *torchScript, "--config", config, "--threads", fmt.Sprint(threads), "--steps", fmt.Sprint(steps))
-	cmd.Env = append(os.Environ(), "OMP_WAIT_POLICY=PASSIVE")
+	cmd.Env = append(choice.Env(os.Environ()), "OMP_WAIT_POLICY=PASSIVE")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -177,10 +240,53 @@ func profileStep(tr *train.Trainer, stepMS float64) {
 	const n = 5
 	p := profile.RunN(n, func() { tr.Step() })
 	fmt.Printf("  where forge's step goes (%d profiled steps; %.1f ms a step without recording):\n", n, stepMS)
-	rep := p.Report(profile.ReportOptions{Group: profile.GroupName, Top: 8})
+	rep := p.Report(profile.ReportOptions{Group: profile.GroupName, Top: 8, Peak: peak})
 	for _, line := range strings.Split(strings.TrimRight(rep.String(), "\n"), "\n") {
 		fmt.Println("    " + line)
 	}
+}
+
+// peakGFLOPS is the denominator of MFU: the measured FMA peak, or the
+// roof the profiler uses when the machine has no FMA loop (see peakName).
+func peakGFLOPS() float64 {
+	if peak.FMA > 0 && peak.FMAVector {
+		return peak.FMA
+	}
+	return peak.GFLOPS
+}
+
+// peakName says what peakGFLOPS is: "the measured FMA peak, 231.4 GFLOP/s
+// (avx512-zmm on 2 workers; sgemm 2048³ 190.2 = 82 % of it)".
+func peakName() string {
+	sg := fmt.Sprintf("sgemm %d³ %.1f = %.0f %% of it", peak.MatmulN, peak.Sgemm, 100*peak.Sgemm/peakGFLOPS())
+	if peak.Busy > 0.10 {
+		sg += fmt.Sprintf("; measured while other processes used %.0f %% of the CPUs", 100*peak.Busy)
+	}
+	if peak.FMA > 0 && peak.FMAVector {
+		return fmt.Sprintf("the measured FMA peak, %.1f GFLOP/s (%s on %d workers; %s)", peak.FMA, peak.FMAKernel, peak.Procs, sg)
+	}
+	return fmt.Sprintf("the profiler's roof, %.1f GFLOP/s from %s (no vector FMA loop here; %s)", peak.GFLOPS, peak.Roof, sg)
+}
+
+// variantOf is the device's matmul path ("openblas-Cooperlake").
+func variantOf(d *forge.Device) string {
+	if vn, ok := d.Backend().(backend.VariantNamer); ok {
+		return vn.Variant("matmul")
+	}
+	return d.Name()
+}
+
+// cpuName is the CPU's model name from /proc/cpuinfo, or the platform.
+func cpuName() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return runtime.GOOS + "/" + runtime.GOARCH
 }
 
 func median(v []float64) float64 {
