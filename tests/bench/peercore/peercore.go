@@ -16,9 +16,9 @@
 //   - otherwise each core the CPU can run (cpu.BLASCores) and the library's
 //     own choice run a short sgemm in a numpy process of their own
 //     (calibrate.py: a correctness check, then a 2048³ sgemm, median of up
-//     to 3 calls); the contenders (within 30 % of the fastest) run once
-//     more, each keeping its better figure, and the fastest wins. About
-//     6–7 s in all.
+//     to 3 calls); the contenders (at least half the fastest rate) run
+//     once more in the reverse order, each keeping its better figure, and
+//     the fastest wins. About 6–7 s in all.
 package peercore
 
 import (
@@ -103,18 +103,20 @@ func Choose(python, named string) Choice {
 		}
 		c.Trials = append(c.Trials, trial(python, core))
 	}
-	// A second pass over the contenders (within 30 % of the best), in turn
-	// again, keeping each core's better median: one pass on a shared
-	// machine can lose a few percent to a neighbour, which would decide
-	// between cores that are that close.
+	// A second pass, in the reverse order, over the contenders (at least
+	// half the best rate: a generic core is 4× slower, a disturbed trial
+	// rarely worse than 2×), keeping each core's better median: one pass
+	// on a shared machine can lose a few percent, or for a moment a whole
+	// core, to a neighbour, which would decide between cores that close.
 	lead := 0.0
 	for _, t := range c.Trials {
 		if t.Err == "" {
 			lead = max(lead, t.GFLOPS)
 		}
 	}
-	for i, t := range c.Trials {
-		if t.Err != "" || t.GFLOPS < 0.7*lead {
+	for i := len(c.Trials) - 1; i >= 0; i-- {
+		t := c.Trials[i]
+		if t.Err != "" || t.GFLOPS < 0.5*lead {
 			continue
 		}
 		if again := trial(python, t.Core); again.Err == "" && again.GFLOPS > t.GFLOPS {
