@@ -2,7 +2,8 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: setup run repl test test-fast bench check-darwin lint golden fuzz notebook test-notebooks test-metal test-metal-emu
+.PHONY: setup run repl test test-fast bench check-darwin lint golden fuzz notebook test-notebooks test-metal test-metal-emu \
+	test-metal-emu-setup test-metal-emu-forward test-metal-emu-reverse test-metal-emu-random
 
 setup:
 	@scripts/setup.sh
@@ -12,24 +13,20 @@ run: setup
 
 repl: run
 
-# The full test run, as CI does it: lint, the darwin cross-build, every
-# package's tests on the CPU backend, the backend suite again with the
-# pure-Go matmul (no BLAS) and on the Metal kernels through the emulation
-# driver (three thread schedules), 200 steps of the tiny model through the REPL
-# against forge train, a few seconds of every fuzz target, and a
-# one-round smoke run of the benchmark tool so it cannot rot, and the
-# teaching notebooks executed by the real GoNB kernel (installs Jupyter,
-# the kernel and Chromium when missing).
-test: lint check-darwin
-	@scripts/setup.sh test
-	$(GO) test ./...
-	FORGE_BLAS=off $(GO) test ./forge/cpu/ ./forge/forgetest/
-	FORGE_REPL_TINY=1 $(GO) test -run TestReplMatchesTrain ./repl/
-	$(MAKE) --no-print-directory test-metal-emu EMU_PKGS=./forge/forgetest/
-	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
-	$(GO) run ./tests/bench -quick -python "" -idle 0 -repeats 1 >/dev/null
-	$(GO) run ./tests/benchtrain -quick >/dev/null
-	@scripts/notebooks.sh test
+# The full test run, as CI does it (scripts/test.sh): setup, lint, the
+# darwin cross-build, every package's tests on the CPU backend, the BLAS and
+# conformance suites again under each OpenBLAS core this CPU can execute and
+# with the pure-Go matmul (no BLAS, each of its micro-kernels), on the Metal
+# kernels through the emulation driver (three thread schedules), 200 steps
+# of the tiny model through the REPL against forge train, a few seconds of
+# every fuzz target, a one-round smoke run of each benchmark tool so they
+# cannot rot, and the teaching notebooks executed by the real GoNB kernel
+# (installs Jupyter, the kernel and Chromium when missing). Every stage runs
+# even if an earlier one fails; each one's log goes to artifacts/test/ and a
+# table at the end says which failed and where (`scripts/test.sh --list`
+# names the stages, `scripts/test.sh NAME…` reruns some).
+test:
+	@scripts/test.sh
 
 # Every parser of untrusted files under the fuzzer (FUZZTIME each; the
 # corpus found so far lives in testdata/fuzz of each package).
@@ -78,10 +75,15 @@ EMU_SEED ?= $(shell date +%s)
 # The forward-schedule run; make test has run ./metal/... and ./kernels/
 # (emulated) in its go test ./... already and passes only the suite.
 EMU_PKGS ?= ./metal/... ./kernels/ ./forge/forgetest/
-test-metal-emu:
+# Each schedule is a target of its own too (make test runs them as three stages).
+test-metal-emu: test-metal-emu-forward test-metal-emu-reverse test-metal-emu-random
+test-metal-emu-setup:
 	@scripts/setup.sh metal-emu
+test-metal-emu-forward: test-metal-emu-setup
 	FORGE_BACKEND=metal-emu FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 $(EMU_PKGS)
+test-metal-emu-reverse: test-metal-emu-setup
 	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=reverse FORGE_EMU_TENSOR_OPS=0 FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
+test-metal-emu-random: test-metal-emu-setup
 	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=random:$(EMU_SEED) FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
 
 lint:
