@@ -172,77 +172,91 @@ func gemmGo[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, 
 // packA copies alpha·op(A)[ic:ic+mc, pc:pc+kc] into mr-tall slivers: sliver
 // s holds rows s·mr… as kc groups of mr values, zero-padded past mc.
 func packA[T Float](dst []T, transA bool, a []T, lda, ic, pc, mc, kc, mr int, alpha T) {
+	if transA {
+		// op(A)(i, p) = a[(pc+p)·lda + ic+i]
+		packRuns(dst, a[pc*lda+ic:], lda, mc, mr, kc, alpha)
+		return
+	}
 	for ir := 0; ir < mc; ir += mr {
-		d := dst[ir*kc : ir*kc+mr*kc]
-		rows := min(mr, mc-ir)
-		if transA {
-			// op(A)(i, p) = a[(pc+p)·lda + ic+i]
-			packRuns(d, a[pc*lda+ic+ir:], lda, rows, mr, kc, alpha)
-		} else {
-			// op(A)(i, p) = a[(ic+i)·lda + pc+p]
-			packGather(d, a[(ic+ir)*lda+pc:], lda, rows, mr, kc, alpha)
-		}
+		// op(A)(i, p) = a[(ic+i)·lda + pc+p]
+		packGather(dst[ir*kc:ir*kc+mr*kc], a[(ic+ir)*lda+pc:], lda, min(mr, mc-ir), mr, kc, alpha)
 	}
 }
 
 // packB copies op(B)[pc:pc+kc, jc:jc+nc] into nr-wide slivers: sliver s
 // holds columns s·nr… as kc groups of nr values, zero-padded past nc.
 func packB[T Float](dst []T, transB bool, b []T, ldb, pc, jc, kc, nc, nr int) {
+	if !transB {
+		// op(B)(p, j) = b[(pc+p)·ldb + jc+j]
+		packRuns(dst, b[pc*ldb+jc:], ldb, nc, nr, kc, 1)
+		return
+	}
 	for jr := 0; jr < nc; jr += nr {
-		d := dst[jr*kc : jr*kc+nr*kc]
-		cols := min(nr, nc-jr)
-		if transB {
-			// op(B)(p, j) = b[(jc+j)·ldb + pc+p]
-			packGather(d, b[(jc+jr)*ldb+pc:], ldb, cols, nr, kc, 1)
-		} else {
-			// op(B)(p, j) = b[(pc+p)·ldb + jc+j]
-			packRuns(d, b[pc*ldb+jc+jr:], ldb, cols, nr, kc, 1)
-		}
+		// op(B)(p, j) = b[(jc+j)·ldb + pc+p]
+		packGather(dst[jr*kc:jr*kc+nr*kc], b[(jc+jr)*ldb+pc:], ldb, min(nr, nc-jr), nr, kc, 1)
 	}
 }
 
-// packRuns fills one sliver d (kc groups of width values) whose group p is
-// alpha·src[p·ld : p·ld+n], zero-padded to width.
-func packRuns[T Float](d, src []T, ld, n, width, kc int, alpha T) {
+// packRuns fills the width-wide slivers of a block whose kc groups are
+// rows of src: group p is alpha·src[p·ld : p·ld+n], its values s·width…
+// going to sliver s (at dst[s·kc:], kc groups of width values), the last
+// sliver zero-padded to width. Row by row across all the slivers, so that
+// src is read sequentially: for 32-wide slivers of a 2048×2048 float32
+// matrix that is 0.24 ns an element, sliver by sliver (kc short runs at
+// stride ld each) 0.86, on Zen 4.
+func packRuns[T Float](dst, src []T, ld, n, width, kc int, alpha T) {
 	for p := 0; p < kc; p++ {
-		dp := d[p*width : p*width+width]
 		sp := src[p*ld : p*ld+n]
-		if alpha == 1 {
-			copy(dp, sp)
-		} else {
-			for i, v := range sp {
-				dp[i] = alpha * v
+		for s := 0; s < n; s += width {
+			dp := dst[s*kc+p*width : s*kc+p*width+width]
+			run := sp[s:min(s+width, n)]
+			if alpha == 1 {
+				copy(dp, run)
+			} else {
+				for i, v := range run {
+					dp[i] = alpha * v
+				}
 			}
+			clear(dp[len(run):])
 		}
-		clear(dp[n:])
 	}
 }
 
 // packGather fills one sliver d (kc groups of width values) whose group p
 // is alpha·(src[p], src[ld+p], …, src[(n−1)·ld+p]), zero-padded to width:
-// n contiguous runs read side by side. width ≤ 16.
+// n contiguous runs read side by side. width ≤ 32.
 func packGather[T Float](d, src []T, ld, n, width, kc int, alpha T) {
-	var runs [16][]T
-	for i := 0; i < n; i++ {
-		runs[i] = src[i*ld : i*ld+kc]
+	if n < width { // an edge sliver: zero it in one go, then fill
+		clear(d[:kc*width])
 	}
-	if n < width {
-		for p := 0; p < kc; p++ {
-			clear(d[p*width+n : p*width+width])
-		}
-	}
-	// Run by run: each run is read sequentially and scattered with stride
-	// width (as fast as reading the runs side by side, measured).
-	for i, r := range runs[:n] {
+	// Four runs at a time, each read sequentially, their values stored
+	// side by side with stride width: ~25 % faster than run by run (0.53
+	// against 0.66 ns an element for 12- and 32-wide slivers from a
+	// 512×512 float32 matrix, 1.0 against 1.6 from a 2048×2048 one, on
+	// Zen 4), which in turn was as fast as all the runs side by side.
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		r0 := src[i*ld : i*ld+kc]
+		r1 := src[(i+1)*ld : (i+1)*ld+kc][:len(r0)]
+		r2 := src[(i+2)*ld : (i+2)*ld+kc][:len(r0)]
+		r3 := src[(i+3)*ld : (i+3)*ld+kc][:len(r0)]
 		di := d[i:]
 		if alpha == 1 {
-			for p, v := range r {
-				di[p*width] = v
+			for p, v := range r0 {
+				q := di[p*width : p*width+4 : p*width+4]
+				q[0], q[1], q[2], q[3] = v, r1[p], r2[p], r3[p]
 			}
 		} else {
-			for p, v := range r {
-				di[p*width] = alpha * v
+			for p, v := range r0 {
+				q := di[p*width : p*width+4 : p*width+4]
+				q[0], q[1], q[2], q[3] = alpha*v, alpha*r1[p], alpha*r2[p], alpha*r3[p]
 			}
+		}
+	}
+	for ; i < n; i++ {
+		di := d[i:]
+		for p, v := range src[i*ld : i*ld+kc] {
+			di[p*width] = alpha * v
 		}
 	}
 }
