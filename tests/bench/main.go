@@ -365,15 +365,8 @@ func median(x []float64) float64 {
 func printTable(be *cpu.Backend, rows []*row, copyRow *row, np *numpyProc, choice peercore.Choice, other float64) {
 	fmt.Printf("forge bench: cpu backend, %s/%s, %s, %d workers, float32, median of %d rounds\n",
 		runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.GOMAXPROCS(0), *repeats)
-	if choice.UserEnv != "" {
-		both := "forge and numpy both run it"
-		if choice.How != "user" {
-			both = "forge runs it, numpy the core named by -peer-core"
-		}
-		fmt.Printf("%s=%s is set by the user: %s\n", peercore.EnvVar, choice.UserEnv, both)
-		fmt.Printf("forge: cpu: %s\n", be.Describe())
-	} else {
-		fmt.Printf("forge: cpu: %s (%s unset)\n", be.Describe(), peercore.EnvVar)
+	for _, l := range choice.ForgeLines("forge: cpu: ", be.Describe(), "numpy") {
+		fmt.Println(l)
 	}
 	npCore := "numpy"
 	if np.err != "" {

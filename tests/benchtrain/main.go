@@ -109,15 +109,8 @@ func main() {
 		choice = peercore.Choose("", *peer)
 	}
 	fmt.Printf("GPT training step, float32, CPU (%s); medians over %d rounds\n", cpuName(), *rounds)
-	if choice.UserEnv != "" {
-		both := "forge and PyTorch both run it"
-		if choice.How != "user" {
-			both = "forge runs it, PyTorch the core named by -peer-core"
-		}
-		fmt.Printf("%s=%s is set by the user: %s\n", peercore.EnvVar, choice.UserEnv, both)
-		fmt.Printf("forge:   %s\n", dev.Describe())
-	} else {
-		fmt.Printf("forge:   %s (%s unset)\n", dev.Describe(), peercore.EnvVar)
+	for _, l := range choice.ForgeLines("forge:   ", dev.Describe(), "PyTorch") {
+		fmt.Println(l)
 	}
 	if *torchScript != "" {
 		fmt.Printf("PyTorch: best of --threads 1 and 2 (OMP_WAIT_POLICY=PASSIVE), %s; the core each run reported is in its row\n", choice.Setting())

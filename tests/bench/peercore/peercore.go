@@ -68,6 +68,21 @@ type Choice struct {
 	Elapsed time.Duration
 }
 
+// ForgeLines are the table header's lines about forge's own BLAS core:
+// forge's Describe line (after label, e.g. "forge: "), and, when the user
+// set OPENBLAS_CORETYPE, a line first saying who runs it (peer names the
+// other side: "numpy", "PyTorch").
+func (c Choice) ForgeLines(label, describe, peer string) []string {
+	if c.UserEnv == "" {
+		return []string{fmt.Sprintf("%s%s (%s unset)", label, describe, EnvVar)}
+	}
+	both := "forge and " + peer + " both run it"
+	if c.How != "user" {
+		both = "forge runs it, " + peer + " the core named by -peer-core"
+	}
+	return []string{fmt.Sprintf("%s=%s is set by the user: %s", EnvVar, c.UserEnv, both), label + describe}
+}
+
 // Choose picks the peers' core: the user's OPENBLAS_CORETYPE if set (both
 // sides then run it), else named if not "" (Default for the library's
 // own), else the fastest of a calibration under python.

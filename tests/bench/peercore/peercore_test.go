@@ -70,3 +70,18 @@ func TestCalibrate(t *testing.T) {
 		}
 	}
 }
+
+func TestForgeLines(t *testing.T) {
+	for _, c := range []struct {
+		ch   Choice
+		want []string
+	}{
+		{Choice{How: "calibrated"}, []string{"forge: D (" + EnvVar + " unset)"}},
+		{Choice{How: "user", UserEnv: "Haswell"}, []string{EnvVar + "=Haswell is set by the user: forge and numpy both run it", "forge: D"}},
+		{Choice{How: "flag", UserEnv: "Haswell"}, []string{EnvVar + "=Haswell is set by the user: forge runs it, numpy the core named by -peer-core", "forge: D"}},
+	} {
+		if got := c.ch.ForgeLines("forge: ", "D", "numpy"); !slices.Equal(got, c.want) {
+			t.Errorf("%+v: %q, want %q", c.ch, got, c.want)
+		}
+	}
+}
