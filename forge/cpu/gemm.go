@@ -14,14 +14,25 @@ package cpu
 //	          micro-kernel: C[mr×nr] (+)= A sliver · B sliver
 //
 // Packing reads either layout of A and B, so the four transpose cases cost
-// the same. The micro-kernel keeps the mr×nr tile of C in registers: an
-// AVX2/FMA assembly kernel (6×16 float32, 6×8 float64) on amd64 machines
-// that have it (gemm_amd64.s), a 2×4 Go kernel elsewhere (the build tag
-// purego forces it on amd64 too). Edge tiles are computed into a scratch
-// tile and merged. On one Zen 4 core at 512³ float32 the assembly kernel
-// runs at ~95 GFLOP/s (single-threaded OpenBLAS: ~95), the Go kernel ~6.
+// the same. The micro-kernel keeps the mr×nr tile of C in registers. On
+// amd64 (gemm_amd64.go picks; FORGE_GEMM_KERNEL=avx512|avx2|go forces one):
+// an AVX-512 kernel, 12×32 float32 and 12×16 float64 in 24 ZMM
+// accumulators (gemm_avx512_amd64.s), where the CPU and the OS support
+// AVX-512F; else an AVX2/FMA kernel, 6×16 float32 and 6×8 float64
+// (gemm_amd64.s); else, and on other architectures (the build tag purego
+// forces it on amd64 too), a 2×4 Go kernel. Edge tiles are computed into a
+// scratch tile and merged; the AVX-512 kernels compute only the left half
+// of a tile at most half as wide. Every kernel sums each element of C over
+// a kc block of k as one chain of multiply-adds in k order, from zero, and
+// adds that to C, so a product's bits do not depend on how it is split
+// into row or column blocks (MatMul relies on that).
 
-import "sync"
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
 
 // gemm computes, single-threaded, the row-major product
 //
@@ -102,15 +113,71 @@ type gemmKernel[T Float] struct {
 	// steps, or c += a·b when accumulate. a is a packed sliver (k×mr, each
 	// step's mr values contiguous), b likewise (k×nr).
 	fn func(k int, a, b, c []T, ldc int, accumulate bool)
+	// half, if not nil, is fn for the left nr/2 columns of the tile only
+	// (c is mr×nr/2; b is still the nr-wide sliver), with the same
+	// arithmetic for those columns: edge tiles at most half as wide as the
+	// tile use it.
+	half func(k int, a, b, c []T, ldc int, accumulate bool)
 }
 
-// The kernels in use; gemm_amd64.go replaces them where AVX2 and FMA exist.
-var (
-	kernel32 = gemmKernel[float32]{mr: 2, nr: 4, kc: 256, mc: 128, nc: 2048, fn: microKernel2x4[float32]}
-	kernel64 = gemmKernel[float64]{mr: 2, nr: 4, kc: 256, mc: 64, nc: 1024, fn: microKernel2x4[float64]}
+// gemmKernelSet is one family of micro-kernels: a float32 and a float64
+// kernel with their blocking.
+type gemmKernelSet struct {
+	name    string // "go", "avx2", "avx512": the FORGE_GEMM_KERNEL value
+	variant string // the matmul variant while it is in use
+	k32     gemmKernel[float32]
+	k64     gemmKernel[float64]
+}
 
-	goKernelName = "go" // the matmul variant of the pure-Go path
+// portableGemm is the pure-Go kernel set, the one every platform has.
+var portableGemm = gemmKernelSet{name: "go", variant: "go",
+	k32: gemmKernel[float32]{mr: 2, nr: 4, kc: 256, mc: 128, nc: 2048, fn: microKernel2x4[float32]},
+	k64: gemmKernel[float64]{mr: 2, nr: 4, kc: 256, mc: 64, nc: 1024, fn: microKernel2x4[float64]},
+}
+
+// gemmKernelSets lists the kernel sets this CPU runs, fastest first and
+// portableGemm last; gemm_amd64.go puts the assembly ones in front and
+// picks the set in use (chooseGemmKernels).
+var gemmKernelSets = []gemmKernelSet{portableGemm}
+
+// The kernels in use.
+var (
+	kernel32 = portableGemm.k32
+	kernel64 = portableGemm.k64
+
+	goKernelName = portableGemm.variant // the matmul variant of the pure-Go path
 )
+
+// setGemmKernels makes s the kernel set in use. Not safe while a gemm runs.
+func setGemmKernels(s gemmKernelSet) {
+	kernel32, kernel64, goKernelName = s.k32, s.k64, s.variant
+}
+
+// chooseGemmKernels picks from sets (fastest first) the set named by env,
+// the value of FORGE_GEMM_KERNEL, or the first when env is empty. An
+// unknown name, or one this CPU cannot run, gets the first set and a
+// one-line explanation in warn.
+func chooseGemmKernels(sets []gemmKernelSet, env string) (use gemmKernelSet, warn string) {
+	want := strings.ToLower(strings.TrimSpace(env))
+	if want == "" {
+		return sets[0], ""
+	}
+	var here []string
+	for _, s := range sets {
+		if s.name == want {
+			return s, ""
+		}
+		here = append(here, s.name)
+	}
+	why := "is not a gemm kernel (choices: " + strings.Join(allGemmKernelNames, ", ") + ")"
+	if slices.Contains(allGemmKernelNames, want) {
+		why = "names a kernel this CPU cannot run; it runs " + strings.Join(here, ", ")
+	}
+	return sets[0], fmt.Sprintf("forge: FORGE_GEMM_KERNEL=%q %s: using %s", env, why, sets[0].name)
+}
+
+// allGemmKernelNames are the kernel set names on any machine.
+var allGemmKernelNames = []string{"avx512", "avx2", "go"}
 
 // gemmWork is one goroutine's packing space.
 type gemmWork[T Float] struct {
@@ -271,13 +338,17 @@ func macroKernel[T Float](kern *gemmKernel[T], w *gemmWork[T], mc, nc, kc int, c
 		for ir := 0; ir < mc; ir += mr {
 			rows := min(mr, mc-ir)
 			as := w.a[ir*kc:]
-			if rows == mr && cols == nr {
-				kern.fn(kc, as, bs, c[ir*ldc+jr:], ldc, accumulate)
+			fn, width := kern.fn, nr
+			if cols <= nr/2 && kern.half != nil {
+				fn, width = kern.half, nr/2
+			}
+			if rows == mr && cols == width {
+				fn(kc, as, bs, c[ir*ldc+jr:], ldc, accumulate)
 				continue
 			}
-			// Edge tile: compute the full tile into scratch, merge the part
-			// that exists.
-			kern.fn(kc, as, bs, w.tmp, nr, false)
+			// Edge tile: compute the full (or half) tile into scratch,
+			// merge the part that exists.
+			fn(kc, as, bs, w.tmp, nr, false)
 			for i := 0; i < rows; i++ {
 				dst := c[(ir+i)*ldc+jr:]
 				dst = dst[:cols]
