@@ -47,8 +47,13 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 // product. Products are dealt to the workers largest first (each to the
 // least loaded); when that cannot balance them (one product much larger
 // than the rest), or the work is small, each runs in turn as MatMul would.
-// A product's result does not depend on which path ran it: gemm's blocks
-// along M and N do not change any element's sum over K.
+// On the Go kernel a product's result does not depend on which path ran
+// it: gemm's blocks along M and N do not change any element's sum over K.
+// A BLAS may pick another kernel for a row block than for the whole
+// product (OpenBLAS's Haswell and Zen cores do), so there the paths agree
+// within rounding, and bit for bit only for the same calls: the same
+// products on the same worker count, which is what makes a run
+// reproducible on one machine.
 //
 // Measured (BenchmarkMatMulPair, 2048 rows, OpenBLAS, 2 Zen 4 cores,
 // medians of 5–6 interleaved runs, µs for both gradients of a layer
