@@ -82,9 +82,11 @@ builtin_stages() {
     add blas-cores "$go run ./tests/blascores"
   fi
   add blas-off "FORGE_BLAS=off $go test $suites"
+  # -count=1: forge/cpu reads FORGE_GEMM_KERNEL in an init function, which
+  # go test's cache does not see, so it would hand back blas-off's result.
   if [ "$("$go" env GOARCH 2>/dev/null)" = amd64 ]; then
-    add gemm-avx2 "FORGE_BLAS=off FORGE_GEMM_KERNEL=avx2 $go test ./forge/cpu/"
-    add gemm-go "FORGE_BLAS=off FORGE_GEMM_KERNEL=go $go test ./forge/cpu/"
+    add gemm-avx2 "FORGE_BLAS=off FORGE_GEMM_KERNEL=avx2 $go test -count=1 ./forge/cpu/"
+    add gemm-go "FORGE_BLAS=off FORGE_GEMM_KERNEL=go $go test -count=1 ./forge/cpu/"
   else
     add gemm-avx2 "SKIP: amd64 only"
     add gemm-go "SKIP: amd64 only"
