@@ -34,7 +34,10 @@ func TestGemmKernelDetection(t *testing.T) {
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Errorf("kernel sets %v, want %v", names, want)
 	}
-	t.Logf("gemm kernel sets here: %v; in use: %s", names, goKernelName)
+	// init read FORGE_GEMM_KERNEL before go test's cache began to log
+	// what the tests read; reading it again here makes the variable part
+	// of the cache key, so changing it reruns the package.
+	t.Logf("gemm kernel sets here: %v; in use: %s (FORGE_GEMM_KERNEL=%q)", names, goKernelName, os.Getenv("FORGE_GEMM_KERNEL"))
 }
 
 // TestGemmKernelEnv runs this test binary with FORGE_GEMM_KERNEL set to
