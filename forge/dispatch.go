@@ -103,10 +103,6 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 		runtime.KeepAlive(fn)
 		return
 	}
-	variant := ""
-	if vn, ok := d.b.(backend.VariantNamer); ok {
-		variant = vn.Variant(k.name)
-	}
 	var start time.Time
 	var dur time.Duration
 	if kt, ok := d.b.(backend.KernelTimer); ok {
@@ -125,6 +121,14 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 		dur = time.Since(start)
 	}
 	runtime.KeepAlive(fn)
+	// Asked after the call: a backend may pick the path per call (the
+	// CPU's matmul does, by shape).
+	variant := ""
+	if vn, ok := d.b.(backend.LastVariantNamer); ok {
+		variant = vn.LastVariant(k.name)
+	} else if vn, ok := d.b.(backend.VariantNamer); ok {
+		variant = vn.Variant(k.name)
+	}
 	(*obs)(KernelCall{
 		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
 		Phase: phase, FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,

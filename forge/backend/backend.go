@@ -522,6 +522,13 @@ type VariantNamer interface {
 	Variant(kernel string) string
 }
 
+// LastVariantNamer is implemented by backends that pick a kernel's path
+// per call (the CPU's matmul does, by shape): LastVariant names the path
+// the last call of kernel took. The profiler asks it right after a call.
+type LastVariantNamer interface {
+	LastVariant(kernel string) string
+}
+
 // Describer is implemented by backends whose performance depends on
 // choices made at start-up (which BLAS library and kernels, which GPU):
 // Describe says them in one line, for the front ends to print wherever

@@ -24,7 +24,8 @@ package cpu
 // workers), and MatMul gives whole products to its workers when a batch has
 // enough of them, or splits a product that cannot be shared out that way
 // (a single large matmul, or a few) into one row or column block per
-// worker, each a single-threaded call.
+// worker, each a single-threaded call — on the Go kernel rather than the
+// library where that is the AVX-512 one (splitOnGo in matmul.go).
 //
 // A lone product alone is faster on OpenBLAS's own threads (one call with
 // openblas_set_num_threads(GOMAXPROCS)): splitting it into one
@@ -174,7 +175,9 @@ func initBLAS() {
 // Variant names the code path a kernel runs: for "matmul", the BLAS library
 // ("openblas-SkylakeX" — OpenBLAS and the kernels it runs —, "accelerate",
 // "blas") or the pure-Go kernel ("go", or
-// "go-avx2" for its assembly micro-kernel). Other kernels return "go".
+// "go-avx512", "go-avx2" for its assembly micro-kernels). Other kernels
+// return "go". It is the path a product takes unless it is split between
+// the workers (LastVariant says which a call took).
 func (b *Backend) Variant(kernel string) string {
 	if kernel == "matmul" {
 		if lib := activeBLAS.Load(); lib != nil {
@@ -183,6 +186,19 @@ func (b *Backend) Variant(kernel string) string {
 		return goKernelName
 	}
 	return "go"
+}
+
+// LastVariant is Variant for the last call of kernel on b
+// (backend.LastVariantNamer): for "matmul", the path the last product
+// took — a product split between the workers may run on the Go kernel
+// with a library loaded (splitOnGo).
+func (b *Backend) LastVariant(kernel string) string {
+	if kernel == "matmul" {
+		if p := b.matmulPath.Load(); p != nil {
+			return *p
+		}
+	}
+	return b.Variant(kernel)
 }
 
 // useBLAS switches gemm between the loaded BLAS (on) and the pure-Go kernel

@@ -221,6 +221,9 @@ func BLASInfo() string {
 	if lib.core != "" {
 		s += ", " + lib.core + " kernels, " + lib.coreWhy
 	}
+	if splitOnGo(lib) {
+		s += "; a product split between workers runs forge's " + goKernelName
+	}
 	return s
 }
 

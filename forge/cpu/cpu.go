@@ -43,6 +43,11 @@ func init() {
 type Backend struct {
 	backend.Unimplemented
 	workers int
+
+	// matmulPath is the matmul variant the last MatMul or MatMulMany
+	// ran (Variant): the library's, or the Go kernel's for products
+	// split on it (splitOnGo). nil before the first.
+	matmulPath atomic.Pointer[string]
 }
 
 // New returns a CPU backend using GOMAXPROCS workers.

@@ -88,6 +88,21 @@ func gemmThreads[T Float](threads int, transA, transB bool, m, n, k int, alpha T
 	gemmGo(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// gemmGoChecked is gemm on the Go kernel whatever BLAS is active.
+func gemmGoChecked[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	checkExtent("c", len(c), false, m, n, ldc)
+	if k <= 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	checkExtent("a", len(a), transA, m, k, lda)
+	checkExtent("b", len(b), transB, k, n, ldb)
+	gemmGo(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
 // blasMinWork is the smallest m·n·k sent to BLAS; below it the Go kernel
 // is as fast as the call and BLAS's own set-up. Measured (NT, float32, one
 // call): 4³ Go 0.13 µs; 8³ Go 0.27, OpenBLAS 0.24 µs; 16³ Go 0.62,

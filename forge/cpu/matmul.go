@@ -19,10 +19,11 @@ import (
 //
 // Work is split over the backend's workers: whole products when there are
 // many batches, each a single-threaded gemm; when there are too few
-// products to go around, each product runs on OpenBLAS's threads (one call
-// at a time) or, without OpenBLAS, is split into row (or column) blocks,
-// one gemm per worker. With a BLAS that runs its own threads (Accelerate)
-// every product is one call from this goroutine.
+// products to go around, each is split into row (or column) blocks, one
+// single-threaded gemm per worker — on the Go kernel where splitOnGo says
+// so, else the library's — or, with FORGE_BLAS_THREADED=1, runs on
+// OpenBLAS's threads (one call at a time). With a BLAS that runs its own
+// threads (Accelerate) every product is one call from this goroutine.
 func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 	dt := dst.DType()
 	if a.DType() != dt || bm.DType() != dt {
@@ -211,12 +212,23 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 	}
 	few := w > 1 && nb%w != 0 && nb < 4*w
 	if few && blasLoneThreads && lib != nil && lib.setThreads != 0 && k > 0 && blasFits(transA, transB, m, n, k, lda, ldb, ldc) {
+		be.matmulPath.Store(&lib.name)
 		for bi := 0; bi < nb; bi++ {
 			ao, bo, co := offs[3*bi], offs[3*bi+1], offs[3*bi+2]
 			gemmThreads(w, transA, transB, m, n, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co:], ldc)
 		}
 		return
 	}
+	// A split product runs on the Go kernel rather than the library when
+	// the Go kernel is as wide (splitGo): see splitOnGo.
+	split, path := gemm[T], &goKernelName
+	if lib != nil {
+		path = &lib.name
+	}
+	if few && splitOnGo(lib) {
+		split, path = gemmGoChecked[T], &goKernelName
+	}
+	be.matmulPath.Store(path)
 	// Split the larger of M and N: every block re-reads (and gemm re-packs)
 	// the whole of the other operand, M·K elements for a column split, K·N
 	// for a row split, so the smaller one is the one to duplicate.
@@ -264,7 +276,7 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 			} else {
 				ao += lo * lda
 			}
-			gemm(transA, transB, hi-lo, n, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co+lo*ldc:], ldc)
+			split(transA, transB, hi-lo, n, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co+lo*ldc:], ldc)
 			return
 		}
 		if transB {
@@ -272,7 +284,7 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 		} else {
 			bo += lo
 		}
-		gemm(transA, transB, m, hi-lo, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co+lo:], ldc)
+		split(transA, transB, m, hi-lo, k, 1, as[ao:], lda, bs[bo:], ldb, beta, cs[co+lo:], ldc)
 	}
 	tasks := nb * s
 	w = min(w, tasks)
@@ -296,6 +308,29 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 		run(t)
 	}
 	wg.Wait()
+}
+
+// splitOnGo reports whether a product MatMul splits between its workers
+// (one too few to share out whole) runs on forge's Go kernel rather than
+// on lib: when lib is an OpenBLAS on x86 kernels no wider than the Go
+// kernel's, which is AVX2 or AVX-512. Each block of a split product is a
+// separate single-threaded call that packs the whole of the other operand
+// itself, and there the Go kernel is ahead: measured on 2 cores of an
+// Intel Xeon (AVX-512, family 6 model 167), OpenBLAS 0.3.21 SkylakeX,
+// GFLOP/s of the bench's lone products split in two, Go kernel / OpenBLAS
+// (medians of 11, tests/bench): 1024³ 282 / 228, 2048³ 296 / 289,
+// 4096×256×1024 269 / 214, 4096×1024×256 NT 277 / 225, 256×1024×4096 TN
+// 240 / 195. Where products are whole, one per worker (MatMulMany, batched
+// products, attention tiles), the library keeps them: the tiny GPT's step
+// ran 116 ms with OpenBLAS there against 126 ms with the Go kernel. On the
+// Go kernel a split product's bits do not depend on the number of workers
+// (gemm.go). Not for Accelerate (it splits nothing) nor for cores
+// blasCoreTier does not know (other architectures).
+func splitOnGo(lib *blasLibrary) bool {
+	if lib == nil || lib.ownThreads || lib.core == "" {
+		return false
+	}
+	return goKernelTier() == blasTierAVX512 && blasCoreTier(lib.core) >= blasTierAVX2
 }
 
 // batchOffsets returns, for each of the nb batch indices of dst (row-major

@@ -510,3 +510,76 @@ func BenchmarkMatMulPair(bb *testing.B) {
 		})
 	}
 }
+
+// TestSplitOnGo: which libraries give way to the Go kernel for a product
+// split between the workers.
+func TestSplitOnGo(t *testing.T) {
+	prev := goKernelName
+	defer func() { goKernelName = prev }()
+	for _, c := range []struct {
+		goKernel string
+		lib      *blasLibrary
+		want     bool
+	}{
+		{"go-avx512", nil, false},
+		{"go-avx512", &blasLibrary{core: "SkylakeX"}, true},
+		{"go-avx512", &blasLibrary{core: "Cooperlake"}, true},
+		{"go-avx512", &blasLibrary{core: "Zen"}, true},
+		{"go-avx512", &blasLibrary{core: "Haswell"}, true},
+		{"go-avx512", &blasLibrary{core: "Prescott"}, false}, // bypassed as a whole instead
+		{"go-avx512", &blasLibrary{core: ""}, false},         // not an OpenBLAS, or it did not say
+		{"go-avx512", &blasLibrary{core: "NEOVERSEN1"}, false},
+		{"go-avx512", &blasLibrary{ownThreads: true}, false},
+		{"go-avx2", &blasLibrary{core: "Haswell"}, false}, // the AVX2 kernel fell to 74 GFLOP/s at 2048³, OpenBLAS 101
+		{"go-avx2", &blasLibrary{core: "SkylakeX"}, false},
+		{"go", &blasLibrary{core: "Haswell"}, false},
+	} {
+		goKernelName = c.goKernel
+		if got := splitOnGo(c.lib); got != c.want {
+			t.Errorf("Go kernel %s, library %+v: splitOnGo = %v, want %v", c.goKernel, c.lib, got, c.want)
+		}
+	}
+}
+
+// TestMatMulSplitRunsGo: with a library loaded that gives way
+// (splitOnGo), a lone product on several workers is the Go kernel's,
+// bit for bit the single-threaded Go product for any worker count, and
+// LastVariant names the Go kernel; a product the workers share out whole
+// (a batch of four) is the library's.
+func TestMatMulSplitRunsGo(t *testing.T) {
+	ok, restore := useBLAS(true)
+	defer restore()
+	if !ok || !splitOnGo(loadedBLAS) {
+		t.Skipf("no library that gives way to the Go kernel here (%s)", BLASInfo())
+	}
+	r := rand.New(rand.NewPCG(41, 42))
+	m, n, k := 301, 203, 517
+	a := makeOperand[float32](r, matOperand{}, m, k, 0)
+	b := makeOperand[float32](r, matOperand{colMajor: true}, k, n, 0)
+	want := make([]float32, m*n)
+	gemmGo(false, true, m, n, k, 1, floats[float32](a), k, floats[float32](b), k, 0, want, n)
+	for _, w := range []int{2, 3, 4} {
+		be := New()
+		be.workers = w
+		dst := makeOperand[float32](r, matOperand{}, m, n, 0)
+		be.MatMul(dst, a, b, false)
+		if v := be.LastVariant("matmul"); v != goKernelName {
+			t.Errorf("%d workers: LastVariant(matmul) = %q, want %q", w, v, goKernelName)
+		}
+		for i, x := range floats[float32](dst) {
+			if math.Float32bits(x) != math.Float32bits(want[i]) {
+				t.Fatalf("%d workers: element (%d, %d) = %v, the Go kernel alone %v", w, i/n, i%n, x, want[i])
+			}
+		}
+	}
+	be := New()
+	be.workers = 2
+	batch := matOperand{batchShape: []int{4}}
+	x := makeOperand[float32](r, batch, 64, 64, 0)
+	y := makeOperand[float32](r, batch, 64, 64, 0)
+	z := makeOperand[float32](r, batch, 64, 64, 0)
+	be.MatMul(z, x, y, false)
+	if v := be.LastVariant("matmul"); v != loadedBLAS.name {
+		t.Errorf("a batch of 4 on 2 workers: LastVariant(matmul) = %q, want the library's %q", v, loadedBLAS.name)
+	}
+}

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +38,10 @@ type Roofline struct {
 	CPU     string `json:"cpu"`            // CPU model
 	Procs   int    `json:"procs"`          // GOMAXPROCS when measured
 	Variant string `json:"matmul_variant"` // the matmul path, e.g. "openblas-Cooperlake"
+	// SgemmPath is the path the sgemm calibration's product took, where
+	// it is not Variant (the CPU runs a lone product split between its
+	// workers on its own kernel: "go-avx512").
+	SgemmPath string `json:"sgemm_path,omitempty"`
 	// Describe is the device's own line when measured
 	// (forge.Device.Describe): the BLAS library, its kernels and who chose
 	// them.
@@ -126,7 +131,7 @@ func (p *Roofline) Summary() string {
 		roof = fmt.Sprintf("peak %.1f GFLOP/s from sgemm (no FMA loop for this device)", p.GFLOPS)
 	}
 	s := fmt.Sprintf("%s (%s, %d procs): %s, sgemm %d³ %.1f GFLOP/s = %.0f %% of peak (matmul %s), copy %.1f GB/s; ridge %.1f FLOP/B",
-		p.Device, p.CPU, p.Procs, roof, p.MatmulN, p.Sgemm, 100*p.SgemmShare(), p.Variant, p.GBps, p.Ridge())
+		p.Device, p.CPU, p.Procs, roof, p.MatmulN, p.Sgemm, 100*p.SgemmShare(), cmp.Or(p.SgemmPath, p.Variant), p.GBps, p.Ridge())
 	if p.Busy > busyLimit {
 		s += fmt.Sprintf(" (measured while other processes used %.0f %% of the CPUs: low, not cached)", 100*p.Busy)
 	}
@@ -235,6 +240,14 @@ func deviceKey(d *forge.Device) string {
 	return peakKey(peakVersion, d.Name(), cpuModel(), runtime.GOMAXPROCS(0), variantOf(d.Backend(), "matmul"))
 }
 
+// lastVariantOf is the path be's last call of kernel took.
+func lastVariantOf(be backend.Backend, kernel string) string {
+	if vn, ok := be.(backend.LastVariantNamer); ok {
+		return vn.LastVariant(kernel)
+	}
+	return variantOf(be, kernel)
+}
+
 func variantOf(be backend.Backend, kernel string) string {
 	if vn, ok := be.(backend.VariantNamer); ok {
 		return vn.Variant(kernel)
@@ -282,6 +295,11 @@ func calibrateLocked(d *forge.Device, n, copyElems, runs int) (*Roofline, error)
 			}
 		})
 		gf = rates(prof, "matmul", func(r Record) float64 { return float64(r.FLOPs) })
+		for _, r := range prof.Records {
+			if r.Kernel == "matmul" && r.Variant != p.Variant {
+				p.SgemmPath = r.Variant
+			}
+		}
 		src, dst := g.Randn(forge.Float32, copyElems), forge.Zeros(copyElems)
 		prof = Run(func() {
 			for range runs + 1 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/backend"
 )
 
 func TestRunRecordsChainsAndRestores(t *testing.T) {
@@ -88,5 +89,35 @@ func TestNestedRecorders(t *testing.T) {
 	}
 	if r := inner.Report(ReportOptions{}); r.Calls != 1 || r.Rows[0].Calls != 1 {
 		t.Errorf("per-iteration calls %v", r.Calls)
+	}
+}
+
+// TestRecordNamesThePathTaken: a record's Variant is the path that call
+// took, asked of the backend after the call: on the CPU a lone product
+// split between the workers and a small one each name their own, which
+// differ where the AVX-512 Go kernel takes split products from a BLAS.
+func TestRecordNamesThePathTaken(t *testing.T) {
+	dev := forge.DefaultDevice()
+	lv, ok := dev.Backend().(backend.LastVariantNamer)
+	if !ok {
+		t.Skip("the backend picks no path per call")
+	}
+	big, small := forge.Randn(512, 512), forge.Randn(8, 8)
+	var want []string
+	p := Run(func() {
+		for _, x := range []*forge.Tensor{big, small, big} {
+			x.MatMul(x)
+			want = append(want, lv.LastVariant("matmul"))
+		}
+	})
+	var got []string
+	for _, r := range p.Records {
+		got = append(got, r.Variant)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("recorded variants %v, the backend said %v after each call", got, want)
+	}
+	if want[0] == want[1] {
+		t.Logf("both products took %s here: the test cannot tell when the path is asked", want[0])
 	}
 }
