@@ -149,12 +149,14 @@ func TestCalibrateAndCache(t *testing.T) {
 	if got == nil || got.GFLOPS != p.GFLOPS || got.GBps != p.GBps || got.key() != p.key() || !got.Measured.Equal(p.Measured) {
 		t.Fatalf("cached peak %+v, want %+v", got, p)
 	}
-	// A file made on another machine (another key), or by an older
-	// version whose gflops was the sgemm figure, is ignored.
+	// A file made on another machine (another key), by an older version
+	// whose gflops was the sgemm figure, or with other BLAS kernels, is
+	// ignored.
 	path, _ := peakPath(p.key())
-	anotherCPU, older := *p, *p
+	anotherCPU, older, otherBLAS := *p, *p, *p
 	anotherCPU.CPU, older.Version = "another CPU", 1
-	for _, other := range []Roofline{anotherCPU, older} {
+	otherBLAS.Describe = "cpu: 2 workers, matmul openblas-Haswell: OpenBLAS 0.3.21, Haswell kernels, OPENBLAS_CORETYPE=Haswell (set by the user)"
+	for _, other := range []Roofline{anotherCPU, older, otherBLAS} {
 		b, _ := json.Marshal(other)
 		os.WriteFile(path, b, 0o644)
 		peakMu.Lock()

@@ -147,11 +147,13 @@ func (p *Roofline) String() string {
 	return p.Summary() + "\n  device: " + p.Describe
 }
 
-// key identifies the machine a peak belongs to.
-func (p *Roofline) key() string { return peakKey(p.Version, p.Device, p.CPU, p.Procs, p.Variant) }
+// key identifies the machine a peak belongs to, and what the device ran
+// with: its Describe line names the BLAS, its kernels and which products
+// run forge's own, so a change in any of them measures again.
+func (p *Roofline) key() string { return peakKey(p.Version, p.Device, p.CPU, p.Procs, p.Describe) }
 
-func peakKey(version int, device, cpu string, procs int, variant string) string {
-	return fmt.Sprintf("v%d|%s|%s|%d|%s", version, device, cpu, procs, variant)
+func peakKey(version int, device, cpu string, procs int, describe string) string {
+	return fmt.Sprintf("v%d|%s|%s|%d|%s", version, device, cpu, procs, describe)
 }
 
 // Calibration sizes: a 2048³ sgemm (17 GFLOP, ~0.1 s on two cores) and a
@@ -237,7 +239,7 @@ func lookupPeak(d *forge.Device) *Roofline {
 }
 
 func deviceKey(d *forge.Device) string {
-	return peakKey(peakVersion, d.Name(), cpuModel(), runtime.GOMAXPROCS(0), variantOf(d.Backend(), "matmul"))
+	return peakKey(peakVersion, d.Name(), cpuModel(), runtime.GOMAXPROCS(0), d.Describe())
 }
 
 // lastVariantOf is the path be's last call of kernel took.
