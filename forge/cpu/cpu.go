@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -303,17 +302,11 @@ func parallelFor(workers, n, cost int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
 	chunk := (n + w - 1) / w
-	for lo := chunk; lo < n; lo += chunk {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, min(lo+chunk, n))
-	}
-	fn(0, min(chunk, n))
-	wg.Wait()
+	fork((n+chunk-1)/chunk, func(p int) {
+		lo := p * chunk
+		fn(lo, min(lo+chunk, n))
+	})
 }
 
 // parallelRows runs fn over [0, n) like parallelFor, for loops whose calls
@@ -350,16 +343,7 @@ func (b *Backend) parallelRows(n, cost int, fn func(lo, hi int)) {
 			fn(lo, min(lo+chunk, n))
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Add(w - 1)
-	for range w - 1 {
-		go func() {
-			defer wg.Done()
-			run()
-		}()
-	}
-	run()
-	wg.Wait()
+	fork(w, func(int) { run() })
 }
 
 // ---------------------------------------------------------------------------

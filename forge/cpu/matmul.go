@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/forgeml/forge/forge/backend"
 )
@@ -119,16 +118,7 @@ func (b *Backend) MatMulMany(ops []backend.MatMulOp) {
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	for _, bin := range bins[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(bin)
-		}()
-	}
-	run(bins[0])
-	wg.Wait()
+	fork(len(bins), func(p int) { run(bins[p]) })
 }
 
 // matrixLayout returns how gemm reads the last two dims (rows, cols) of v:
@@ -294,20 +284,11 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	for wi := 1; wi < w; wi++ {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			for t := lo; t < hi; t++ {
-				run(t)
-			}
-		}(wi*tasks/w, (wi+1)*tasks/w)
-	}
-	for t := 0; t < tasks/w; t++ {
-		run(t)
-	}
-	wg.Wait()
+	fork(w, func(wi int) {
+		for t := wi * tasks / w; t < (wi+1)*tasks/w; t++ {
+			run(t)
+		}
+	})
 }
 
 // splitOnGo reports whether a product MatMul splits between its workers
