@@ -24,8 +24,9 @@ package cpu
 // workers), and MatMul gives whole products to its workers when a batch has
 // enough of them, or splits a product that cannot be shared out that way
 // (a single large matmul, or a few) into one row or column block per
-// worker, each a single-threaded call — on the Go kernel rather than the
-// library where that is the AVX-512 one (splitOnGo in matmul.go).
+// worker, each a single-threaded call. Where the Go kernel is the AVX-512
+// one, MatMul's products that are not small run on it rather than on the
+// library, which keeps attention's tiles (goOverBLAS in matmul.go).
 //
 // A lone product alone is faster on OpenBLAS's own threads (one call with
 // openblas_set_num_threads(GOMAXPROCS)): splitting it into one
@@ -176,8 +177,8 @@ func initBLAS() {
 // ("openblas-SkylakeX" — OpenBLAS and the kernels it runs —, "accelerate",
 // "blas") or the pure-Go kernel ("go", or
 // "go-avx512", "go-avx2" for its assembly micro-kernels). Other kernels
-// return "go". It is the path a product takes unless it is split between
-// the workers (LastVariant says which a call took).
+// return "go". For matmul it is the library's even where MatMul gives
+// some products to the Go kernel (LastVariant says which a call took).
 func (b *Backend) Variant(kernel string) string {
 	if kernel == "matmul" {
 		if lib := activeBLAS.Load(); lib != nil {
@@ -190,8 +191,8 @@ func (b *Backend) Variant(kernel string) string {
 
 // LastVariant is Variant for the last call of kernel on b
 // (backend.LastVariantNamer): for "matmul", the path the last product
-// took — a product split between the workers may run on the Go kernel
-// with a library loaded (splitOnGo).
+// took — with a library loaded, a product may run on the Go kernel
+// (goOverBLAS).
 func (b *Backend) LastVariant(kernel string) string {
 	if kernel == "matmul" {
 		if p := b.matmulPath.Load(); p != nil {

@@ -221,8 +221,8 @@ func BLASInfo() string {
 	if lib.core != "" {
 		s += ", " + lib.core + " kernels, " + lib.coreWhy
 	}
-	if splitOnGo(lib) {
-		s += "; a product split between workers runs forge's " + goKernelName
+	if goOverBLAS(lib) {
+		s += "; matmuls of 2¹⁸ multiply-adds and more run forge's " + goKernelName
 	}
 	return s
 }

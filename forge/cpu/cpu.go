@@ -44,8 +44,8 @@ type Backend struct {
 	workers int
 
 	// matmulPath is the matmul variant the last MatMul or MatMulMany
-	// ran (Variant): the library's, or the Go kernel's for products
-	// split on it (splitOnGo). nil before the first.
+	// ran (Variant): the library's, or the Go kernel's for the products
+	// goOverBLAS gives it. nil before the first.
 	matmulPath atomic.Pointer[string]
 }
 

@@ -19,9 +19,10 @@ import (
 // Work is split over the backend's workers: whole products when there are
 // many batches, each a single-threaded gemm; when there are too few
 // products to go around, each is split into row (or column) blocks, one
-// single-threaded gemm per worker — on the Go kernel where splitOnGo says
-// so, else the library's — or, with FORGE_BLAS_THREADED=1, runs on
-// OpenBLAS's threads (one call at a time). With a BLAS that runs its own
+// single-threaded gemm per worker, or, with FORGE_BLAS_THREADED=1, runs on
+// OpenBLAS's threads (one call at a time). Products that are split, or
+// not small, run on the AVX-512 Go kernel rather than OpenBLAS where
+// there is one (goOverBLAS). With a BLAS that runs its own
 // threads (Accelerate) every product is one call from this goroutine.
 func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 	dt := dst.DType()
@@ -209,13 +210,13 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 		}
 		return
 	}
-	// A split product runs on the Go kernel rather than the library when
-	// the Go kernel is as wide (splitGo): see splitOnGo.
+	// Products worth sharing out run on the Go kernel rather than the
+	// library when that is the AVX-512 kernel: see goOverBLAS.
 	split, path := gemm[T], &goKernelName
 	if lib != nil {
 		path = &lib.name
 	}
-	if few && splitOnGo(lib) {
+	if (few || m*n*k >= matmulParallelWork) && goOverBLAS(lib) {
 		split, path = gemmGoChecked[T], &goKernelName
 	}
 	be.matmulPath.Store(path)
@@ -291,23 +292,31 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 	})
 }
 
-// splitOnGo reports whether a product MatMul splits between its workers
-// (one too few to share out whole) runs on forge's Go kernel rather than
-// on lib: when lib is an OpenBLAS on x86 kernels no wider than the Go
-// kernel's, which is AVX2 or AVX-512. Each block of a split product is a
-// separate single-threaded call that packs the whole of the other operand
-// itself, and there the Go kernel is ahead: measured on 2 cores of an
-// Intel Xeon (AVX-512, family 6 model 167), OpenBLAS 0.3.21 SkylakeX,
-// GFLOP/s of the bench's lone products split in two, Go kernel / OpenBLAS
-// (medians of 11, tests/bench): 1024³ 282 / 228, 2048³ 296 / 289,
-// 4096×256×1024 269 / 214, 4096×1024×256 NT 277 / 225, 256×1024×4096 TN
-// 240 / 195. Where products are whole, one per worker (MatMulMany, batched
-// products, attention tiles), the library keeps them: the tiny GPT's step
-// ran 116 ms with OpenBLAS there against 126 ms with the Go kernel. On the
-// Go kernel a split product's bits do not depend on the number of workers
-// (gemm.go). Not for Accelerate (it splits nothing) nor for cores
-// blasCoreTier does not know (other architectures).
-func splitOnGo(lib *blasLibrary) bool {
+// goOverBLAS reports whether MatMul's products run on forge's Go kernel
+// rather than on lib — those of at least matmulParallelWork, and any it
+// splits between its workers: when lib is an OpenBLAS on x86 kernels and
+// the Go kernel is the AVX-512 one. Measured on 2 cores of an Intel Xeon
+// (AVX-512, family 6 model 167), OpenBLAS 0.3.21 SkylakeX, medians:
+//
+//   - a lone product split in two, each block a single-threaded call that
+//     packs the whole other operand, GFLOP/s Go / OpenBLAS (tests/bench):
+//     1024³ 282 / 228, 2048³ 296 / 289, 4096×256×1024 269 / 214,
+//     4096×1024×256 NT 277 / 225, 256×1024×4096 TN 240 / 195;
+//   - the two gradients of a linear layer side by side, one whole
+//     single-threaded product per worker (BenchmarkMatMulPair, 2048
+//     rows), ms Go / OpenBLAS: 256→768 6.0 / 8.0–8.5, 256→1024 8.3–9.1 /
+//     10.8–11.2, 1024→256 8.8 / 10.0–10.4; at 128 wide about even;
+//   - training steps (tests/benchtrain): tiny 101–106 ms / 101–110, small
+//     504–525 / 535–566.
+//
+// Smaller products — attention's tiles, which call gemm directly — stay on
+// the library, whose small-matrix kernels are quicker (16³: 0.35 µs
+// against 0.62). The AVX2 Go kernel is not preferred: it fell to 74
+// GFLOP/s at 2048³ where OpenBLAS Haswell held 101. On the Go kernel a
+// product's bits depend neither on the number of workers nor on whether
+// it ran whole or split (gemm.go). Not for Accelerate (it splits nothing)
+// nor for cores blasCoreTier does not know (other architectures).
+func goOverBLAS(lib *blasLibrary) bool {
 	if lib == nil || lib.ownThreads || lib.core == "" {
 		return false
 	}

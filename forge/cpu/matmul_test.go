@@ -511,9 +511,8 @@ func BenchmarkMatMulPair(bb *testing.B) {
 	}
 }
 
-// TestSplitOnGo: which libraries give way to the Go kernel for a product
-// split between the workers.
-func TestSplitOnGo(t *testing.T) {
+// TestGoOverBLAS: which libraries give way to the Go kernel.
+func TestGoOverBLAS(t *testing.T) {
 	prev := goKernelName
 	defer func() { goKernelName = prev }()
 	for _, c := range []struct {
@@ -535,21 +534,21 @@ func TestSplitOnGo(t *testing.T) {
 		{"go", &blasLibrary{core: "Haswell"}, false},
 	} {
 		goKernelName = c.goKernel
-		if got := splitOnGo(c.lib); got != c.want {
-			t.Errorf("Go kernel %s, library %+v: splitOnGo = %v, want %v", c.goKernel, c.lib, got, c.want)
+		if got := goOverBLAS(c.lib); got != c.want {
+			t.Errorf("Go kernel %s, library %+v: goOverBLAS = %v, want %v", c.goKernel, c.lib, got, c.want)
 		}
 	}
 }
 
-// TestMatMulSplitRunsGo: with a library loaded that gives way
-// (splitOnGo), a lone product on several workers is the Go kernel's,
-// bit for bit the single-threaded Go product for any worker count, and
-// LastVariant names the Go kernel; a product the workers share out whole
-// (a batch of four) is the library's.
-func TestMatMulSplitRunsGo(t *testing.T) {
+// TestMatMulRunsGo: with a library loaded that gives way (goOverBLAS),
+// a lone product on several workers, and the products MatMulMany runs
+// side by side, are the Go kernel's, bit for bit the single-threaded Go
+// product for any worker count and either path, and LastVariant names
+// the Go kernel; small products (a batch of four 32³) are the library's.
+func TestMatMulRunsGo(t *testing.T) {
 	ok, restore := useBLAS(true)
 	defer restore()
-	if !ok || !splitOnGo(loadedBLAS) {
+	if !ok || !goOverBLAS(loadedBLAS) {
 		t.Skipf("no library that gives way to the Go kernel here (%s)", BLASInfo())
 	}
 	r := rand.New(rand.NewPCG(41, 42))
@@ -558,7 +557,15 @@ func TestMatMulSplitRunsGo(t *testing.T) {
 	b := makeOperand[float32](r, matOperand{colMajor: true}, k, n, 0)
 	want := make([]float32, m*n)
 	gemmGo(false, true, m, n, k, 1, floats[float32](a), k, floats[float32](b), k, 0, want, n)
-	for _, w := range []int{2, 3, 4} {
+	same := func(what string, dst backend.View) {
+		t.Helper()
+		for i, x := range floats[float32](dst) {
+			if math.Float32bits(x) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: element (%d, %d) = %v, the Go kernel alone %v", what, i/n, i%n, x, want[i])
+			}
+		}
+	}
+	for _, w := range []int{1, 2, 3, 4} {
 		be := New()
 		be.workers = w
 		dst := makeOperand[float32](r, matOperand{}, m, n, 0)
@@ -566,20 +573,22 @@ func TestMatMulSplitRunsGo(t *testing.T) {
 		if v := be.LastVariant("matmul"); v != goKernelName {
 			t.Errorf("%d workers: LastVariant(matmul) = %q, want %q", w, v, goKernelName)
 		}
-		for i, x := range floats[float32](dst) {
-			if math.Float32bits(x) != math.Float32bits(want[i]) {
-				t.Fatalf("%d workers: element (%d, %d) = %v, the Go kernel alone %v", w, i/n, i%n, x, want[i])
-			}
-		}
+		same(fmt.Sprintf("MatMul on %d workers", w), dst)
+		// Two products side by side, one per worker.
+		d1 := makeOperand[float32](r, matOperand{}, m, n, 0)
+		d2 := makeOperand[float32](r, matOperand{}, m, n, 0)
+		be.MatMulMany([]backend.MatMulOp{{Dst: d1, A: a, B: b}, {Dst: d2, A: a, B: b}})
+		same(fmt.Sprintf("MatMulMany on %d workers", w), d1)
+		same(fmt.Sprintf("MatMulMany on %d workers", w), d2)
 	}
 	be := New()
 	be.workers = 2
 	batch := matOperand{batchShape: []int{4}}
-	x := makeOperand[float32](r, batch, 64, 64, 0)
-	y := makeOperand[float32](r, batch, 64, 64, 0)
-	z := makeOperand[float32](r, batch, 64, 64, 0)
+	x := makeOperand[float32](r, batch, 32, 32, 0)
+	y := makeOperand[float32](r, batch, 32, 32, 0)
+	z := makeOperand[float32](r, batch, 32, 32, 0)
 	be.MatMul(z, x, y, false)
 	if v := be.LastVariant("matmul"); v != loadedBLAS.name {
-		t.Errorf("a batch of 4 on 2 workers: LastVariant(matmul) = %q, want the library's %q", v, loadedBLAS.name)
+		t.Errorf("a batch of four 32³ on 2 workers: LastVariant(matmul) = %q, want the library's %q", v, loadedBLAS.name)
 	}
 }
