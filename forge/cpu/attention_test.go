@@ -255,7 +255,8 @@ func attnRelDiff(got, want []float64, floor float64) float64 {
 }
 
 // attnCases is the comparison matrix: D × T × causal × grouping, plus the
-// KV-cached decode shapes. T is never a multiple of the 32-row block. -short
+// KV-cached decode shapes and rows of 300 keys (more than 256, the depth
+// of one block of the Go gemm kernel). T is never a multiple of the 32-row block. -short
 // keeps two head dims.
 func attnCases() []attnCase {
 	var cs []attnCase
@@ -279,6 +280,10 @@ func attnCases() []attnCase {
 				}
 			}
 		}
+	}
+	// Longer rows: 300 keys, 300 and 2 queries.
+	for _, Tq := range []int{300, 2} {
+		cs = append(cs, attnCase{B: 1, H: 2, Hkv: 1, Tq: Tq, Tk: 300, D: 48, causal: true})
 	}
 	return cs
 }
