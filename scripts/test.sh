@@ -15,7 +15,9 @@
 # OpenBLAS core this CPU can execute, as go run ./tests/blascores lists them),
 # blas-off (the same suites with FORGE_BLAS=off, the pure-Go matmul), gemm-avx2
 # and gemm-go (./forge/cpu/ on the Go matmul's other micro-kernels,
-# FORGE_GEMM_KERNEL; amd64 only), repl-equal (200 tiny steps through the REPL
+# FORGE_GEMM_KERNEL; amd64 only), arm64 (the same suites built for linux/arm64
+# and run under qemu, scripts/arm64.sh; on other hosts than amd64 skipped, as
+# go-test has run them natively), repl-equal (200 tiny steps through the REPL
 # against forge train), emu-forward, emu-reverse and emu-random (the suite on
 # the Metal emulator under each thread schedule; EMU_SEED=n repeats a random
 # one), fuzz (every fuzz target for 3 s), bench-smoke and benchtrain-smoke (one
@@ -87,9 +89,11 @@ builtin_stages() {
   if [ "$("$go" env GOARCH 2>/dev/null)" = amd64 ]; then
     add gemm-avx2 "FORGE_BLAS=off FORGE_GEMM_KERNEL=avx2 $go test -count=1 ./forge/cpu/"
     add gemm-go "FORGE_BLAS=off FORGE_GEMM_KERNEL=go $go test -count=1 ./forge/cpu/"
+    add arm64 "scripts/arm64.sh $suites"
   else
     add gemm-avx2 "SKIP: amd64 only"
     add gemm-go "SKIP: amd64 only"
+    add arm64 "SKIP: go-test ran natively on $("$go" env GOARCH 2>/dev/null)"
   fi
   add repl-equal "FORGE_REPL_TINY=1 $go test -run TestReplMatchesTrain ./repl/"
   # go test ./... has run ./metal/... and ./kernels/ (emulated) already.
