@@ -87,16 +87,9 @@ func gemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b 
 // product on that many of its own threads (holding every other BLAS call
 // off meanwhile, see blas.go). Other paths ignore threads.
 func gemmThreads[T Float](threads int, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	if m <= 0 || n <= 0 {
+	if !gemmPrologue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
-	checkExtent("c", len(c), false, m, n, ldc)
-	if k <= 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
-		return
-	}
-	checkExtent("a", len(a), transA, m, k, lda)
-	checkExtent("b", len(b), transB, k, n, ldb)
 	if lib := activeBLAS.Load(); lib != nil && m*n*k >= blasMinWork && blasFits(transA, transB, m, n, k, lda, ldb, ldc) {
 		blasCall(lib, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
@@ -106,17 +99,26 @@ func gemmThreads[T Float](threads int, transA, transB bool, m, n, k int, alpha T
 
 // gemmGoChecked is gemm on the Go kernel whatever BLAS is active.
 func gemmGoChecked[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if gemmPrologue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+		gemmGo(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	}
+}
+
+// gemmPrologue checks gemm's arguments against the slices (panicking on a
+// short one) and does the products with nothing to sum (C = beta·C); it
+// reports whether a product with m, n, k > 0 and alpha ≠ 0 remains.
+func gemmPrologue[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) bool {
 	if m <= 0 || n <= 0 {
-		return
+		return false
 	}
 	checkExtent("c", len(c), false, m, n, ldc)
 	if k <= 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
-		return
+		return false
 	}
 	checkExtent("a", len(a), transA, m, k, lda)
 	checkExtent("b", len(b), transB, k, n, ldb)
-	gemmGo(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	return true
 }
 
 // blasMinWork is the smallest m·n·k sent to BLAS; below it the Go kernel
