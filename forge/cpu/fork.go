@@ -86,27 +86,22 @@ func (h *forkHelper) loop() {
 
 // await returns once a fork has claimed h and stored its job.
 func (h *forkHelper) await() {
-	for {
-		start := time.Now()
-		for i := 1; ; i++ {
-			if h.job.Load() != nil {
+	start := time.Now()
+	for i := 1; h.job.Load() == nil; i++ {
+		if i%64 != 0 {
+			continue
+		}
+		if time.Since(start) > forkSpin {
+			if h.state.CompareAndSwap(helperSpinning, helperParked) {
+				<-h.wake
 				return
 			}
-			if i%64 == 0 {
-				if time.Since(start) > forkSpin {
-					break
-				}
-				runtime.Gosched()
+			// A fork claimed h just now: its job is on the way.
+			for h.job.Load() == nil {
 			}
-		}
-		if h.state.CompareAndSwap(helperSpinning, helperParked) {
-			<-h.wake
 			return
 		}
-		// A fork claimed h just now: its job is on the way.
-		for h.job.Load() == nil {
-		}
-		return
+		runtime.Gosched()
 	}
 }
 
