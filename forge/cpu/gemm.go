@@ -181,6 +181,7 @@ type gemmKernelSet struct {
 	variant string // the matmul variant while it is in use
 	k32     gemmKernel[float32]
 	k64     gemmKernel[float64]
+	tiles   attnTileKernels // attention's tile products (attntile.go); nil where the set has none
 }
 
 // portableGemm is the pure-Go kernel set, the one every platform has.
@@ -205,6 +206,7 @@ var (
 // setGemmKernels makes s the kernel set in use. Not safe while a gemm runs.
 func setGemmKernels(s gemmKernelSet) {
 	kernel32, kernel64, goKernelName = s.k32, s.k64, s.variant
+	attnTiles = s.tiles
 }
 
 // chooseGemmKernels picks from sets (fastest first) the set named by env,

@@ -115,6 +115,7 @@ var (
 			half: func(k int, a, b, c []float64, ldc int, accumulate bool) {
 				dgemmKernel12x8of16(k, &a[0], &b[0], &c[0], ldc, accumulate)
 			}},
+		tiles: attnTileKernels{rows8: attnTile8, rows1: attnTile1},
 	}
 )
 

@@ -309,9 +309,9 @@ func matmul[T Float](be *Backend, w int, dst, a, bm backend.View, accumulate boo
 //   - training steps (tests/benchtrain): tiny 101–106 ms / 101–110, small
 //     504–525 / 535–566.
 //
-// Smaller products — attention's tiles, which call gemm directly — stay on
-// the library, whose small-matrix kernels are quicker (16³: 0.35 µs
-// against 0.62). The AVX2 Go kernel is not preferred: it fell to 74
+// Smaller products stay on the library, whose small-matrix kernels are
+// quicker (16³: 0.35 µs against 0.62); attention's tiles have their own
+// kernel (attntile.go). The AVX2 Go kernel is not preferred: it fell to 74
 // GFLOP/s at 2048³ where OpenBLAS Haswell held 101. On the Go kernel a
 // product's bits depend neither on the number of workers nor on whether
 // it ran whole or split (gemm.go). Not for Accelerate (it splits nothing)
