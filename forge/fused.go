@@ -324,6 +324,18 @@ func AdamWUpdateClipped(param, grad, m, v *Tensor, c *GradClip, p AdamWParams) {
 	AdamWUpdate(param, g, m, v, p)
 }
 
+// Recycle returns the memory of tensors that are no longer reachable to the
+// device's pool now rather than at the next garbage collection
+// (backend.Recycler); a no-op where the device frees memory itself. A
+// trainer calls it after each step: on the CPU it saves the next step's
+// first allocations from fresh pages (a page fault each 4 KiB, ~10 ms of
+// the small model's 520 ms step on an Intel Xeon).
+func (d *Device) Recycle() {
+	if r, ok := d.b.(backend.Recycler); ok {
+		r.Recycle()
+	}
+}
+
 // Flush submits the kernels queued on the device without waiting for them
 // (backend.Flusher): the device starts on them, and memory they release is
 // recycled once they complete. A no-op on a device that runs kernels as

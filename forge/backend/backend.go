@@ -516,6 +516,15 @@ type Flusher interface {
 	Flush()
 }
 
+// Recycler is implemented by backends whose buffers return to a pool only
+// when the garbage collector finds them dead (the CPU): Recycle collects
+// now, so that the buffers of tensors already dropped are back in the pool
+// before the next allocations ask for them. A trainer calls it between
+// steps, when a step's activations and gradients have all died.
+type Recycler interface {
+	Recycle()
+}
+
 // VariantNamer is implemented by backends whose kernels have several code
 // paths (e.g. BLAS or pure-Go matmul); the profiler records the path.
 type VariantNamer interface {

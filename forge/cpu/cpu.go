@@ -142,6 +142,11 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 	panic(fmt.Sprintf("cpu: alloc: unknown dtype %v", dt))
 }
 
+// Recycle returns the buffers of unreachable tensors to the pool now
+// (backend.Recycler): one garbage collection, then a short wait for its
+// cleanups (pool.go).
+func (b *Backend) Recycle() { pool.recycle() }
+
 // Free drops the buffer's memory; the garbage collector reclaims it (a
 // pooled buffer goes back to the pool once the *Buffer is unreachable).
 func (b *Backend) Free(buf backend.Buffer) {

@@ -36,6 +36,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // poolMinElems is the smallest buffer the pool recycles; smaller ones are
@@ -70,6 +71,7 @@ type bufPool struct {
 	poison   bool
 
 	hits, misses int64 // Alloc calls served from the pool or by make
+	puts         int64 // buffers returned by their cleanups (kept or not)
 
 	// missBytes counts bytes made since the last collection this pool
 	// started; gcRunning is set while one runs.
@@ -99,6 +101,55 @@ func newBufPool() *bufPool {
 	p.poison = os.Getenv("FORGE_CPU_POOL_POISON") == "1"
 	return p
 }
+
+// recycle runs a collection, so that the cleanups of every buffer already
+// unreachable put it back on the free lists, and waits (at most
+// recycleWait in all) for the cleanups to have run: until a sentinel
+// registered before the collection has had its cleanup run, and then until
+// no buffer came back for recycleQuiet (cleanups run in no set order).
+func (p *bufPool) recycle() {
+	if p.maxBytes == 0 {
+		return
+	}
+	done := make(chan struct{})
+	sentinel := new([4]int64) // not a tiny allocation, whose cleanup may never run
+	runtime.AddCleanup(sentinel, func(c chan struct{}) { close(c) }, done)
+	sentinel = nil
+	runtime.GC()
+	p.mu.Lock()
+	p.missBytes = 0
+	p.mu.Unlock()
+	deadline := time.Now().Add(recycleWait)
+	t := time.NewTimer(recycleWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		return
+	}
+	for {
+		p.mu.Lock()
+		puts := p.puts
+		p.mu.Unlock()
+		if time.Now().Add(recycleQuiet).After(deadline) {
+			return
+		}
+		time.Sleep(recycleQuiet)
+		p.mu.Lock()
+		quiet := p.puts == puts
+		p.mu.Unlock()
+		if quiet {
+			return
+		}
+	}
+}
+
+// recycleWait bounds how long recycle waits for the cleanups it started;
+// recycleQuiet is the pause without a returned buffer that ends the wait.
+const (
+	recycleWait  = 5 * time.Millisecond
+	recycleQuiet = 50 * time.Microsecond
+)
 
 // get returns a pooled slice of exactly n elements of dt, if one is free.
 func (p *bufPool) get(dt uint8, n int) (poolEntry, bool) {
@@ -142,6 +193,7 @@ func (p *bufPool) put(dt uint8, e poolEntry) {
 	n := e.bytes()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.puts++
 	if p.bytes+n > p.maxBytes {
 		return // full: the garbage collector frees it
 	}

@@ -70,3 +70,40 @@ func TestPoolPoison(t *testing.T) {
 		t.Fatalf("poisoned buffer holds %v … %v", b.F32[0], b.F32[poolMinElems-1])
 	}
 }
+
+// TestRecycle: after Recycle, the buffers of tensors dropped before it are
+// back on the free lists — no further collection or waiting needed — so
+// the next allocations of those lengths are hits.
+func TestRecycle(t *testing.T) {
+	if pool.maxBytes == 0 {
+		t.Skip("pool disabled (FORGE_CPU_POOL_MB=0)")
+	}
+	be := New()
+	const n, count = poolMinElems + 517, 8
+	key := poolKey{uint8(backend.Float32), n}
+	bufs := make([]*Buffer, count)
+	for i := range bufs {
+		bufs[i] = be.Alloc(backend.Float32, n).(*Buffer)
+	}
+	pool.mu.Lock()
+	before := len(pool.free[key])
+	pool.mu.Unlock()
+	bufs = nil
+	be.Recycle()
+	// Recycle waits for the cleanups as long as they keep coming (5 ms at
+	// most); a loaded machine may still delay the last ones, but no
+	// further collection may be needed: poll without one.
+	after := 0
+	for try := 0; try < 100; try++ {
+		pool.mu.Lock()
+		after = len(pool.free[key])
+		pool.mu.Unlock()
+		if after >= before+count {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if after < before+count {
+		t.Fatalf("after Recycle the pool holds %d buffers of %d float32s, want at least %d", after, n, before+count)
+	}
+}

@@ -292,6 +292,11 @@ func (t *Trainer) Step() Metrics {
 		loss += l.Item()
 	}
 	norm, skipped := clip.Norm(), clip.Skipped()
+	// The step's graph is dead now: hand its buffers back to the pool
+	// before the next step allocates.
+	if len(losses) > 0 {
+		losses[0].Device().Recycle()
+	}
 	n := int64(B * T * cfg.GradAccum)
 	t.tokens += n
 	el := time.Since(start)
