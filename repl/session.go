@@ -190,6 +190,9 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 	if err := opts.UseData(dataFiles); err != nil {
 		return err
 	}
+	if s.run != nil && sameDir(s.run.Dir, dir) {
+		s.Close() // the run holds its directory's lock: reopening it needs it back
+	}
 	r, err := train.Open(dir, opts)
 	if err != nil {
 		return err
@@ -230,4 +233,11 @@ func (s *Session) saveIfNeeded() error {
 	s.savedStep = s.run.Trainer.StepCount()
 	fmt.Fprintf(s.stdout, "saved step %d to %s\n", s.savedStep, s.run.Dir)
 	return nil
+}
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }

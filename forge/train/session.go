@@ -66,6 +66,7 @@ type Session struct {
 	saved    int      // step of the last checkpoint
 	resumed  bool
 	fellBack string // why an older checkpoint was used, if it was
+	lock     *runLock
 }
 
 // OpenOptions configure Open.
@@ -91,13 +92,34 @@ type OpenOptions struct {
 	NoCache bool
 }
 
-// Open creates the run directory dir, or resumes the run in it.
+// Open creates the run directory dir, or resumes the run in it. The
+// session is the run's one writer: it holds the directory's lock (LockFile)
+// until Close, and a second Open of the same directory, from this process
+// or another, is refused with the holder's pid and command. Leftovers of
+// interrupted writes (checkpoints/.tmp-*, temporary files) are removed.
 func Open(dir string, opts OpenOptions) (*Session, error) {
 	s := &Session{Dir: dir, log: opts.Log}
 	if s.log == nil {
 		s.log = io.Discard
 	}
 	_, err := os.Stat(filepath.Join(dir, ConfigFile))
+	if errors.Is(err, os.ErrNotExist) {
+		// Check what can be checked before making anything.
+		if opts.Config != nil {
+			if err := opts.Config.Validate(); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("train: creating the run directory: %v", err)
+		}
+	}
+	if s.lock, err = lockRun(dir); err != nil {
+		return nil, err
+	}
+	s.removeOrphans()
+	// Stat again: a writer that held the lock until now may have created it.
+	_, err = os.Stat(filepath.Join(dir, ConfigFile))
 	switch {
 	case err == nil:
 		err = s.resume(opts)
@@ -236,7 +258,7 @@ func (s *Session) Save() error {
 	step := s.Trainer.StepCount()
 	name := fmt.Sprintf("step-%06d", step)
 	root := filepath.Join(s.Dir, CheckpointDir)
-	tmp, err := os.MkdirTemp(root, ".tmp-"+name+"-")
+	tmp, err := atomicfile.MkdirTemp(root, ".tmp-"+name+"-")
 	if err != nil {
 		return fmt.Errorf("train: saving: %v", err)
 	}
@@ -256,9 +278,17 @@ func (s *Session) Save() error {
 	if err := writeJSON(filepath.Join(tmp, stateFile), st); err != nil {
 		return err
 	}
+	// A step saved again (Save after a change that is not a step) goes to
+	// a new name, step-N-001 and on: the directory `latest` names is never
+	// removed before its replacement is complete and named; prune removes
+	// it after.
 	dst := filepath.Join(root, name)
-	if err := os.RemoveAll(dst); err != nil {
-		return fmt.Errorf("train: saving: %v", err)
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		name = fmt.Sprintf("step-%06d-%03d", step, i)
+		dst = filepath.Join(root, name)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("train: saving: %v", err)
@@ -270,6 +300,51 @@ func (s *Session) Save() error {
 	s.saved = step
 	s.prune(name)
 	return nil
+}
+
+// removeOrphans deletes what interrupted writes left in the run directory:
+// checkpoint directories that were never renamed into place
+// (checkpoints/.tmp-*) and atomicfile's temporary files in the run
+// directory, data/ and checkpoints/. Only a writer holding the lock calls
+// it, so nothing is still writing them. It says what it removed.
+func (s *Session) removeOrphans() {
+	var n int
+	var bytes int64
+	for _, sub := range []string{"", DataDir, CheckpointDir} {
+		dir := filepath.Join(s.Dir, sub)
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			name := e.Name()
+			orphan := atomicfile.IsTemp(name) || sub == CheckpointDir && e.IsDir() && strings.HasPrefix(name, ".tmp-")
+			if !orphan {
+				continue
+			}
+			p := filepath.Join(dir, name)
+			size := treeSize(p)
+			if err := os.RemoveAll(p); err != nil {
+				fmt.Fprintf(s.log, "warning: could not remove %s, left by an interrupted write: %v\n", p, err)
+				continue
+			}
+			n, bytes = n+1, bytes+size
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(s.log, "removed %d leftover(s) of interrupted writes in %s (%s)\n", n, s.Dir, humanBytes(int(bytes)))
+	}
+}
+
+// treeSize is the total size of the regular files under p.
+func treeSize(p string) int64 {
+	var n int64
+	filepath.WalkDir(p, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // prune removes all but the newest checkpoints (always keeping latest).
@@ -372,8 +447,10 @@ func (s *Session) loadCheckpoint(dir string) error {
 func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error) {
 	all := append([]Callback{s.record}, cbs...)
 	done, err := s.Trainer.Run(ctx, n, all...)
-	if serr := s.Save(); err == nil {
-		err = serr
+	if s.Trainer.StepCount() != s.saved { // else the last step is saved already
+		if serr := s.Save(); err == nil {
+			err = serr
+		}
 	}
 	return done, err
 }
@@ -388,7 +465,8 @@ func (s *Session) record(m Metrics) error {
 	return nil
 }
 
-// Close saves nothing; it releases the token files and the metrics file.
+// Close saves nothing; it releases the token files, the metrics file and
+// the run directory's lock.
 func (s *Session) Close() error {
 	var errs []error
 	if s.metrics != nil {
@@ -401,6 +479,8 @@ func (s *Session) Close() error {
 		}
 	}
 	s.TrainData, s.ValData = nil, nil
+	errs = append(errs, s.lock.release())
+	s.lock = nil
 	return errors.Join(errs...)
 }
 

@@ -91,6 +91,7 @@ func TestCrashRecovery(t *testing.T) {
 	a.Trainer.Run(context.Background(), 2, a.record)
 	a.metrics.Close()
 	a.metrics = nil
+	a.lock.release() // the dead process's lock goes with it
 	// ...and a save torn half way: a temporary directory and a checkpoint
 	// whose weights are truncated, already named by latest.
 	root := filepath.Join(dir, CheckpointDir)

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 )
 
 // Write creates or replaces path with what write produces. On any error
@@ -101,4 +102,28 @@ func createTemp(dir, base string) (*os.File, error) {
 		}
 	}
 	return nil, fmt.Errorf("too many name collisions in %s", dir)
+}
+
+// MkdirTemp creates a new directory named prefix<random> in dir and
+// returns its path: os.MkdirTemp, except that the directory gets 0777
+// less the umask, like any directory os.Mkdir makes, not 0700 (a run's
+// checkpoints must be as readable as its other files).
+func MkdirTemp(dir, prefix string) (string, error) {
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		err := os.Mkdir(name, 0o777)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("too many name collisions in %s", dir)
+}
+
+// IsTemp reports whether name (a base name) is one of Write's temporary
+// files: what an interrupted Write leaves behind.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-")
 }

@@ -25,6 +25,7 @@ func init() {
 		"Load":                   reflect.ValueOf(train.Load),
 		"LoadConfig":             reflect.ValueOf(train.LoadConfig),
 		"LoadWeights":            reflect.ValueOf(train.LoadWeights),
+		"LockFile":               reflect.ValueOf(constant.MakeFromLiteral("\"lock\"", token.STRING, 0)),
 		"MetricsFile":            reflect.ValueOf(constant.MakeFromLiteral("\"metrics.jsonl\"", token.STRING, 0)),
 		"NewTrainer":             reflect.ValueOf(train.NewTrainer),
 		"Open":                   reflect.ValueOf(train.Open),
