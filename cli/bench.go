@@ -59,6 +59,20 @@ func cmdBench(e *env, args []string) error {
 	if len(pos) == 0 {
 		return usagef("name a kernel to time: %s", benchArgs)
 	}
+	if *budget <= 0 {
+		return usagef("--budget %v: want a positive duration (e.g. 2s)", *budget)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"b", *b}, {"t", *t}, {"h", *h}, {"d", *d}, {"steps", *steps}} {
+		if f.v < 1 {
+			return usagef("--%s %d: want a number >= 1", f.name, f.v)
+		}
+	}
+	if *top < 0 {
+		return usagef("--top %d: want a number of kernels >= 1 (or 0: all)", *top)
+	}
 	name, rest := pos[0], pos[1:]
 	allowed := append([]string{"budget", "json"}, benchFlags[name]...)
 	var stray []string

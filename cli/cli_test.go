@@ -235,13 +235,53 @@ func TestErrors(t *testing.T) {
 		{[]string{"prepare", "--out", dir, "--tokenizer", "words"}, 2, `--tokenizer "words"`},
 		{[]string{"prepare", "--out", filepath.Join(dir, "p"), "--use-tokenizer", text, text}, 1, "tokenizer"},
 		{[]string{"info", "--config", "nope"}, 1, "no config named"},
+		// Numbers out of range: one line and exit 2, before anything runs.
+		{[]string{"train", "--config", config, "--run", filepath.Join(dir, "r4"), "--steps", "-3"}, 2, "--steps -3"},
+		{[]string{"eval", "--run", broken, "--batches", "-1"}, 2, "--batches -1"},
+		{[]string{"generate", "--run", broken, "--temperature", "-1"}, 2, "--temperature -1"},
+		{[]string{"generate", "--run", broken, "--temperature", "NaN"}, 2, "--temperature NaN"},
+		{[]string{"generate", "--run", broken, "--top-k", "-2"}, 2, "--top-k -2"},
+		{[]string{"generate", "--run", broken, "--top-p", "0"}, 2, "--top-p 0"},
+		{[]string{"generate", "--run", broken, "--top-p", "1.5"}, 2, "--top-p 1.5"},
+		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--vocab", "100"}, 2, "--vocab 100"},
+		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--vocab", "100000000"}, 2, "--vocab 100000000"},
+		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--val", "1"}, 2, "--val 1"},
+		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--val", "-0.1"}, 2, "--val -0.1"},
+		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--context", "0"}, 2, "--context 0"},
+		{[]string{"bench", "matmul", "--budget", "-1s"}, 2, "--budget -1s"},
+		{[]string{"bench", "attention", "--d", "0"}, 2, "--d 0"},
+		{[]string{"bench", "step", "--steps", "-1"}, 2, "--steps -1"},
 		{[]string{"help", "nope"}, 2, `no command "nope"`},
 	}
 	for _, c := range cases {
 		r := runCLI(c.args...)
+		if strings.Contains(r.stderr, "panic") {
+			t.Errorf("forge %s panicked: %s", strings.Join(c.args, " "), r.stderr)
+			continue
+		}
 		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || len(lines) != 1 {
 			t.Errorf("forge %s: exit %d (want %d), stderr %q (want one line containing %q)", strings.Join(c.args, " "), r.code, c.code, r.stderr, c.want)
 		}
+	}
+}
+
+// A vocabulary the corpus cannot fill: prepare says how many merges it
+// found and how many tokens the tokenizer has.
+func TestPrepareSaysVocabShort(t *testing.T) {
+	dir := t.TempDir()
+	text := filepath.Join(dir, "small.txt")
+	os.WriteFile(text, []byte(strings.Repeat("the cat sat on the mat. ", 300)), 0o644)
+	r := runCLI("prepare", "--out", filepath.Join(dir, "p"), "--vocab", "4096", "--context", "8", text)
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "p", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("the corpus gave only %d merges, so the tokenizer has %d tokens, not the 4096", tok.VocabSize()-256, tok.VocabSize())
+	if tok.VocabSize() >= 4096 || !strings.Contains(r.stderr, want) {
+		t.Errorf("%d-token tokenizer; stderr %q, want it to contain %q", tok.VocabSize(), r.stderr, want)
 	}
 }

@@ -62,6 +62,9 @@ func cmdTrain(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *steps < 0 {
+		return usagef("--steps %d: want a number of steps >= 1 (or 0: up to the config's steps)", *steps)
+	}
 	dataFiles = append(dataFiles, pos...)
 	dir := *runDir
 	var cfgp *train.Config
@@ -195,6 +198,15 @@ func cmdGenerate(e *env, args []string) error {
 	if *n < 0 {
 		return usagef("-n %d: want a number of tokens >= 0", *n)
 	}
+	if !(*temp >= 0) || math.IsInf(*temp, 0) {
+		return usagef("--temperature %v: want a finite number >= 0 (0 = greedy)", *temp)
+	}
+	if *topK < 0 {
+		return usagef("--top-k %d: want a number of tokens >= 0 (0 = all)", *topK)
+	}
+	if !(*topP > 0 && *topP <= 1) {
+		return usagef("--top-p %v: want a probability in (0, 1] (1 = off)", *topP)
+	}
 	snap, err := train.Load(*runDir)
 	if err != nil {
 		return err
@@ -231,6 +243,9 @@ func cmdEval(e *env, args []string) error {
 	batches := fs.Int("batches", 0, "validation batches (0 = the whole validation file)")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if *batches < 0 {
+		return usagef("--batches %d: want a number of batches >= 1 (or 0: the whole validation file)", *batches)
 	}
 	snap, err := train.Load(*runDir)
 	if err != nil {
@@ -348,6 +363,15 @@ func cmdPrepare(e *env, args []string) error {
 	if *kind != "bpe" && *kind != "char" {
 		return usagef("--tokenizer %q: want bpe or char", *kind)
 	}
+	if *vocab < 256 || *vocab > tokenizer.MaxVocabSize {
+		return usagef("--vocab %d: want a BPE vocabulary of 256 (the byte tokens) to %d", *vocab, tokenizer.MaxVocabSize)
+	}
+	if !(*valFrac > 0 && *valFrac < 1) {
+		return usagef("--val %v: want the fraction of tokens held out, between 0 and 1 (exclusive)", *valFrac)
+	}
+	if *context < 1 {
+		return usagef("--context %d: want a context of at least 1 token", *context)
+	}
 	texts, err := data.ReadTexts(files)
 	if err != nil {
 		return err
@@ -368,6 +392,10 @@ func cmdPrepare(e *env, args []string) error {
 		var bpe *tokenizer.BPE
 		bpe, err = tokenizer.TrainBPE(strings.Join(texts, ""), *vocab, tokenizer.BPEOptions{})
 		tok = bpe
+		if err == nil && bpe.VocabSize() < *vocab {
+			fmt.Fprintf(e.stderr, "note: the corpus gave only %d merges, so the tokenizer has %d tokens, not the %d asked for (every chunk of the text is one token already)\n",
+				bpe.VocabSize()-256, bpe.VocabSize(), *vocab)
+		}
 	}
 	if err != nil {
 		return err
