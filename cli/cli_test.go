@@ -248,7 +248,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--val", "1"}, 2, "--val 1"},
 		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--val", "-0.1"}, 2, "--val -0.1"},
 		{[]string{"prepare", "--out", filepath.Join(dir, "p2"), "--context", "0"}, 2, "--context 0"},
-		{[]string{"bench", "matmul", "--budget", "-1s"}, 2, "--budget -1s"},
+		{[]string{"bench", "matmul", "--budget", "-1s"}, 2, "--budget must be positive"},
 		{[]string{"bench", "attention", "--d", "0"}, 2, "--d 0"},
 		{[]string{"bench", "step", "--steps", "-1"}, 2, "--steps -1"},
 		{[]string{"help", "nope"}, 2, `no command "nope"`},
