@@ -285,3 +285,49 @@ func TestPrepareSaysVocabShort(t *testing.T) {
 		t.Errorf("%d-token tokenizer; stderr %q, want it to contain %q", tok.VocabSize(), r.stderr, want)
 	}
 }
+
+// With the newest checkpoint damaged, eval and generate use the older one
+// and say so in one warning line naming the damaged checkpoint and the
+// step used; export refuses unless --allow-older.
+func TestReadersSayTheyFellBack(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FORGE_CACHE_DIR", filepath.Join(dir, "cache"))
+	config, text := micro(t, dir)
+	run := filepath.Join(dir, "run")
+	if r := runCLI("train", "--config", config, "--run", run, "--data", text, "--steps", "1", "--quiet"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := runCLI("train", "--run", run, "--steps", "1", "--quiet"); r.code != 0 {
+		t.Fatal(r)
+	}
+	latest, _ := os.ReadFile(filepath.Join(run, "checkpoints", "latest"))
+	name := strings.TrimSpace(string(latest))
+	if name != "step-000002" {
+		t.Fatalf("latest is %q", name)
+	}
+	os.WriteFile(filepath.Join(run, "checkpoints", name, "model.safetensors"), []byte("garbage"), 0o644)
+	for _, args := range [][]string{
+		{"eval", "--run", run, "--batches", "1"},
+		{"generate", "--run", run, "-n", "3"},
+		{"export", "--run", run, "--out", filepath.Join(dir, "exp"), "--allow-older"},
+	} {
+		r := runCLI(args...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		var warn []string
+		for _, l := range lines {
+			if strings.HasPrefix(l, "warning:") {
+				warn = append(warn, l)
+			}
+		}
+		if r.code != 0 || len(warn) != 1 || !strings.Contains(warn[0], name) || !strings.Contains(warn[0], "step 1") {
+			t.Errorf("forge %s: exit %d, stderr %q: want exit 0 and one warning naming %s and step 1", strings.Join(args, " "), r.code, r.stderr, name)
+		}
+	}
+	r := runCLI("export", "--run", run, "--out", filepath.Join(dir, "exp2"))
+	if r.code != 1 || !strings.Contains(r.stderr, "--allow-older") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("export of a run whose latest checkpoint is damaged: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "exp2")); err == nil {
+		t.Error("the refused export wrote its output directory")
+	}
+}

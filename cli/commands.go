@@ -207,7 +207,7 @@ func cmdGenerate(e *env, args []string) error {
 	if !(*topP > 0 && *topP <= 1) {
 		return usagef("--top-p %v: want a probability in (0, 1] (1 = off)", *topP)
 	}
-	snap, err := train.Load(*runDir)
+	snap, err := loadRun(e, *runDir)
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func cmdEval(e *env, args []string) error {
 	if *batches < 0 {
 		return usagef("--batches %d: want a number of batches >= 1 (or 0: the whole validation file)", *batches)
 	}
-	snap, err := train.Load(*runDir)
+	snap, err := loadRun(e, *runDir)
 	if err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func cmdInfo(e *env, args []string) error {
 	var cfg train.Config
 	switch {
 	case *runDir != "":
-		snap, err := train.Load(*runDir)
+		snap, err := loadRun(e, *runDir)
 		if err != nil {
 			return err
 		}
@@ -423,6 +423,7 @@ func cmdExport(e *env, args []string) error {
 	fs := flags(e, "export")
 	runDir := fs.String("run", "runs/tiny", "run directory")
 	out := fs.String("out", "", "output directory (required)")
+	older := fs.Bool("allow-older", false, "export an older checkpoint when the latest is damaged")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -433,12 +434,28 @@ func cmdExport(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if snap.FellBack != "" {
+		if !*older {
+			return fmt.Errorf("%s; not exporting an older model than the run's latest: pass --allow-older to export step %d", snap.FellBack, snap.Step)
+		}
+		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)
+	}
 	fam, err := train.Export(snap.Model, snap.Tokenizer, *out)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "exported step %d of %s to %s as a transformers %s model (see %s)\n", snap.Step, *runDir, *out, fam, filepath.Join(*out, "README.md"))
 	return nil
+}
+
+// loadRun is train.Load for the commands that only read a run, with a
+// warning on stderr when it had to use an older checkpoint.
+func loadRun(e *env, dir string) (*train.Snapshot, error) {
+	snap, err := train.Load(dir)
+	if err == nil && snap.FellBack != "" {
+		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)
+	}
+	return snap, err
 }
 
 type multiFlag []string

@@ -708,10 +708,16 @@ type Snapshot struct {
 	Model     *gpt.Model
 	Step      int
 	State     State
+	// FellBack says why the checkpoint `latest` names could not be used
+	// and which one was loaded instead ("" when it was used). Callers
+	// must show it: the model is older than the run.
+	FellBack string
 }
 
 // Load reads the run in dir at its latest loadable checkpoint. It writes
-// nothing.
+// nothing and takes no lock: it reads while a writer trains. When the
+// checkpoint `latest` names is damaged it loads the newest one that is
+// not and says so in Snapshot.FellBack.
 func Load(dir string) (*Snapshot, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ConfigFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -735,7 +741,7 @@ func Load(dir string) (*Snapshot, error) {
 	root := filepath.Join(dir, CheckpointDir)
 	tries := candidates(dir)
 	var errs []string
-	for _, name := range tries {
+	for i, name := range tries {
 		cdir := filepath.Join(root, name)
 		st, err := readState(cdir)
 		if err == nil {
@@ -746,7 +752,11 @@ func Load(dir string) (*Snapshot, error) {
 		}
 		if err == nil {
 			m.SetTraining(false)
-			return &Snapshot{Dir: dir, Config: cfg, Tokenizer: tok, Model: m, Step: st.Step, State: st}, nil
+			snap := &Snapshot{Dir: dir, Config: cfg, Tokenizer: tok, Model: m, Step: st.Step, State: st}
+			if i > 0 {
+				snap.FellBack = fmt.Sprintf("checkpoint %s could not be used (%s); loaded %s, step %d", filepath.Join(root, tries[0]), errs[0], name, st.Step)
+			}
+			return snap, nil
 		}
 		errs = append(errs, err.Error())
 	}
