@@ -432,6 +432,11 @@ func (s *Session) loadCheckpoint(dir string) error {
 		sc.scale, sc.good = st.LossScale, st.LossScaleGood
 	}
 	hist, err := readMetrics(filepath.Join(s.Dir, MetricsFile), st.History)
+	var damaged damagedLogError
+	if errors.As(err, &damaged) {
+		// The log is a record, not state: the checkpoint alone resumes.
+		hist, err = s.setAsideLog(&st, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -519,8 +524,11 @@ func (s *Session) rewriteMetrics() error {
 // line (a crash mid-write) past the first n is ignored.
 func readMetrics(path string, n int) ([]Metrics, error) {
 	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) && n == 0 {
-		return nil, nil
+	if errors.Is(err, os.ErrNotExist) {
+		if n == 0 {
+			return nil, nil
+		}
+		return nil, damagedLogError(fmt.Sprintf("%s is missing, the checkpoint needs %d records", path, n))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("train: %v", err)
@@ -532,14 +540,68 @@ func readMetrics(path string, n int) ([]Metrics, error) {
 	for len(out) < n && sc.Scan() {
 		var m Metrics
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return nil, fmt.Errorf("train: %s line %d: %v", path, len(out)+1, err)
+			return nil, damagedLogError(fmt.Sprintf("%s line %d: %v", path, len(out)+1, err))
 		}
 		out = append(out, m)
 	}
+	if err := sc.Err(); err != nil {
+		return nil, damagedLogError(fmt.Sprintf("%s line %d: %v", path, len(out)+1, err))
+	}
 	if len(out) < n {
-		return nil, fmt.Errorf("train: %s has %d records, the checkpoint needs %d (file truncated?)", path, len(out), n)
+		return nil, damagedLogError(fmt.Sprintf("%s has %d records, the checkpoint needs %d (file truncated?)", path, len(out), n))
 	}
 	return out, nil
+}
+
+// damagedLogError is readMetrics' error for a metrics file that is there
+// but does not hold the records a checkpoint needs.
+type damagedLogError string
+
+func (e damagedLogError) Error() string { return "train: " + string(e) }
+
+// salvageMetrics reads what can be read of a damaged metrics file: the
+// lines that parse, in order, whose steps rise and stay within maxStep,
+// at most n of them.
+func salvageMetrics(path string, n, maxStep int) []Metrics {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []Metrics
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	last := 0
+	for len(out) < n && sc.Scan() {
+		var m Metrics
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m.Step > last && m.Step <= maxStep {
+			out = append(out, m)
+			last = m.Step
+		}
+	}
+	return out
+}
+
+// setAsideLog moves a damaged metrics file to metrics.jsonl.damaged-<time>
+// (nothing is deleted) and returns the history that could be salvaged
+// from it, with a warning for the log.
+func (s *Session) setAsideLog(st *State, why error) ([]Metrics, error) {
+	path := filepath.Join(s.Dir, MetricsFile)
+	hist := salvageMetrics(path, st.History, st.Step)
+	aside := path + ".damaged-" + time.Now().UTC().Format("20060102T150405Z")
+	if s.metrics != nil {
+		s.metrics.Close()
+		s.metrics = nil
+	}
+	what := "the log was set aside as " + aside + " and "
+	if err := os.Rename(path, aside); errors.Is(err, os.ErrNotExist) {
+		what = ""
+	} else if err != nil {
+		return nil, fmt.Errorf("%v; setting the damaged log aside failed too: %v", why, err)
+	}
+	fmt.Fprintf(s.log, "warning: %v; %sthe run resumes from its checkpoint at step %d with the %d of %d records that could be read\n",
+		strings.TrimPrefix(why.Error(), "train: "), what, st.Step, len(hist), st.History)
+	return hist, nil
 }
 
 // prepare trains the tokenizer on texts and writes the token files into

@@ -161,3 +161,82 @@ func TestConfigsParse(t *testing.T) {
 		t.Errorf("unknown config: %v", err)
 	}
 }
+
+// TestDamagedLogResumes: a flipped byte in metrics.jsonl, a truncated one
+// or a missing one no longer stops resume. The damaged file is set aside
+// whole (nothing deleted), the records that parse are kept, a warning
+// says so, and training from the checkpoint gives the losses of an
+// uninterrupted run.
+func TestDamagedLogResumes(t *testing.T) {
+	cfg := testRunConfig()
+	cfg.SaveEvery = 0
+	whole := openTest(t, t.TempDir(), &cfg)
+	if _, err := whole.Train(context.Background(), 8); err != nil {
+		t.Fatal(err)
+	}
+	want := losses(whole.Trainer.History)
+	whole.Close()
+	for _, c := range []struct {
+		name string
+		harm func(b []byte) []byte // nil: delete the file
+		kept int
+	}{
+		{"flipped byte", func(b []byte) []byte { b[0] = 'x'; return b }, 5},
+		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }, 2},
+		{"missing", nil, 0},
+	} {
+		dir := t.TempDir()
+		a := openTest(t, dir, &cfg)
+		if _, err := a.Train(context.Background(), 6); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		path := filepath.Join(dir, MetricsFile)
+		orig, _ := os.ReadFile(path)
+		if c.harm == nil {
+			os.Remove(path)
+		} else {
+			os.WriteFile(path, c.harm(append([]byte(nil), orig...)), 0o644)
+		}
+		harmed, _ := os.ReadFile(path)
+		var log strings.Builder
+		b, err := Open(dir, OpenOptions{Log: &log})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if b.Trainer.StepCount() != 6 || len(b.Trainer.History.Steps) < c.kept {
+			t.Errorf("%s: resumed at step %d with %d records, want step 6 and at least %d", c.name, b.Trainer.StepCount(), len(b.Trainer.History.Steps), c.kept)
+		}
+		if !strings.Contains(log.String(), "warning:") || !strings.Contains(log.String(), "step 6") {
+			t.Errorf("%s: no warning: %q", c.name, log.String())
+		}
+		if c.harm != nil {
+			aside, _ := filepath.Glob(path + ".damaged-*")
+			if len(aside) != 1 {
+				t.Fatalf("%s: set aside %v", c.name, aside)
+			}
+			if got, _ := os.ReadFile(aside[0]); string(got) != string(harmed) {
+				t.Errorf("%s: the damaged log was not kept as it was", c.name)
+			}
+		}
+		if _, err := b.Train(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+		h := b.Trainer.History.Steps
+		for i, m := range h[len(h)-2:] {
+			if m.Loss != want[6+i] {
+				t.Errorf("%s: step %d loss %v after resume, uninterrupted %v", c.name, m.Step, m.Loss, want[6+i])
+			}
+		}
+		b.Close()
+		// The new log is whole again: the next open needs no repair.
+		log.Reset()
+		r, err := Open(dir, OpenOptions{Log: &log})
+		if err != nil || strings.Contains(log.String(), "warning") {
+			t.Errorf("%s: reopening the repaired run: %v %q", c.name, err, log.String())
+		}
+		if r != nil {
+			r.Close()
+		}
+	}
+}
