@@ -51,7 +51,17 @@ type Config struct {
 	// 2000). A step with a non-finite gradient is skipped and halves it.
 	LossScale       float64 `json:"loss_scale,omitempty"`
 	LossScaleWindow int     `json:"loss_scale_window,omitempty"`
+
+	// MaxNonFinite is how many steps in a row may have a non-finite loss
+	// or gradient norm before training stops with an error (0 =
+	// DefaultMaxNonFinite). Such a step makes no update. With float16 a
+	// non-finite gradient is the loss scaler's business (it halves the
+	// scale and retries) and only a non-finite loss counts.
+	MaxNonFinite int `json:"max_nonfinite,omitempty"`
 }
+
+// DefaultMaxNonFinite is MaxNonFinite's default.
+const DefaultMaxNonFinite = 3
 
 // Defaults of float16's dynamic loss scaling.
 const (
@@ -169,6 +179,8 @@ func (c Config) Validate() error {
 		return bad("precision %q: want \"float32\", \"bfloat16\" or \"float16\"", c.Precision)
 	case c.LossScale != 0 && !isPow2(c.LossScale):
 		return bad("loss_scale %g: want a power of two such as 65536 (0 = 65536), so that unscaling is exact", c.LossScale)
+	case c.MaxNonFinite < 0:
+		return bad("max_nonfinite %d: want >= 1 (0 = %d)", c.MaxNonFinite, DefaultMaxNonFinite)
 	case c.LossScaleWindow < 0:
 		return bad("loss_scale_window %d: want > 0 (0 = 2000)", c.LossScaleWindow)
 	}

@@ -256,6 +256,9 @@ func (s *Session) resume(opts OpenOptions) error {
 // Save writes a checkpoint of the current step and makes it the latest.
 func (s *Session) Save() error {
 	step := s.Trainer.StepCount()
+	if bad := NonFiniteParams(s.Model); len(bad) > 0 {
+		return fmt.Errorf("train: not saving step %d: %d parameters hold NaN or infinity (first: %s); the last checkpoint is kept as it was", step, len(bad), bad[0])
+	}
 	name := fmt.Sprintf("step-%06d", step)
 	root := filepath.Join(s.Dir, CheckpointDir)
 	tmp, err := atomicfile.MkdirTemp(root, ".tmp-"+name+"-")
@@ -452,7 +455,8 @@ func (s *Session) loadCheckpoint(dir string) error {
 func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error) {
 	all := append([]Callback{s.record}, cbs...)
 	done, err := s.Trainer.Run(ctx, n, all...)
-	if s.Trainer.StepCount() != s.saved { // else the last step is saved already
+	// A diverged run keeps its last checkpoint: the steps since led there.
+	if s.Trainer.StepCount() != s.saved && !errors.Is(err, ErrDiverged) { // else the last step is saved already
 		if serr := s.Save(); err == nil {
 			err = serr
 		}

@@ -164,9 +164,11 @@ type Trainer struct {
 
 	sched  optim.Schedule
 	params []*forge.Tensor
-	tokens int64
-	lrSet  *float64    // an lr the user fixed (SetLR), overriding the schedule
-	scaler *lossScaler // float16's dynamic loss scale, or nil
+
+	nonFinite int // steps in a row with a non-finite loss or gradient norm
+	tokens    int64
+	lrSet     *float64    // an lr the user fixed (SetLR), overriding the schedule
+	scaler    *lossScaler // float16's dynamic loss scale, or nil
 }
 
 // lossScaler is float16's dynamic loss scaling, as torch.amp.GradScaler:
@@ -358,7 +360,8 @@ var ErrStop = errors.New("train: stop")
 // Run does n steps (or until ctx is cancelled, checked between steps),
 // computing a validation loss every Config.EvalEvery steps and on the
 // last, and calls the callbacks after each step. It returns the number of
-// steps done.
+// steps done. After Config.MaxNonFinite steps in a row with a non-finite
+// loss or gradient norm it stops with an error wrapping ErrDiverged.
 func (t *Trainer) Run(ctx context.Context, n int, cbs ...Callback) (int, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -387,6 +390,78 @@ func (t *Trainer) Run(ctx context.Context, n int, cbs ...Callback) (int, error) 
 				return i + 1, err
 			}
 		}
+		if err := t.checkFinite(m); err != nil {
+			return i + 1, err
+		}
 	}
 	return n, nil
+}
+
+// ErrDiverged is wrapped by the error Run returns when MaxNonFinite steps
+// in a row had a non-finite loss or gradient norm.
+var ErrDiverged = errors.New("training diverged")
+
+// checkFinite counts the steps in a row whose loss or gradient norm is not
+// finite and stops the run when there are Config.MaxNonFinite of them,
+// naming the step, the loss and the first parameter whose gradient is
+// not finite.
+func (t *Trainer) checkFinite(m Metrics) error {
+	bad := math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) || t.scaler == nil && m.Skipped
+	if !bad {
+		t.nonFinite = 0
+		return nil
+	}
+	t.nonFinite++
+	limit := t.Config.MaxNonFinite
+	if limit == 0 {
+		limit = DefaultMaxNonFinite
+	}
+	if t.nonFinite < limit {
+		return nil
+	}
+	first := "none: the loss itself"
+	if names := t.nonFiniteGrads(); len(names) > 0 {
+		first = names[0]
+		if len(names) > 1 {
+			first += fmt.Sprintf(" and %d more", len(names)-1)
+		}
+	}
+	return fmt.Errorf("train: %w at step %d: %d steps in a row had a non-finite loss or gradient norm (loss %v, grad norm %v; first non-finite gradient: %s), so none of them updated the weights; lower the learning rate (now %.3g) and resume from the last checkpoint",
+		ErrDiverged, m.Step, t.nonFinite, m.Loss, m.GradNorm, first, m.LR)
+}
+
+// nonFiniteGrads lists, in the model's order, the parameters whose
+// gradient holds a NaN or an infinity.
+func (t *Trainer) nonFiniteGrads() []string {
+	var out []string
+	for _, p := range t.Model.Params() {
+		g := p.Tensor.Grad()
+		if g == nil {
+			continue
+		}
+		if !allFinite(g) {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// NonFiniteParams lists, in the model's order, the parameters that hold a
+// NaN or an infinity: a checkpoint of such weights is refused.
+func NonFiniteParams(m *gpt.Model) []string {
+	var out []string
+	for _, p := range m.Params() {
+		if !allFinite(p.Tensor) {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// allFinite reports whether x holds no NaN and no infinity: Σ 0·x is 0
+// exactly for finite values however large, and NaN if any is not.
+func allFinite(x *forge.Tensor) bool {
+	var z float64
+	forge.NoGrad(func() { z = x.MulScalar(0).Sum().Item() })
+	return z == 0
 }

@@ -1,7 +1,13 @@
 package train
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/forgeml/forge/forge"
@@ -61,4 +67,48 @@ func (a *alternating) Next() (x, y []int32) {
 	b := a.batches[a.i%len(a.batches)]
 	a.i++
 	return b[0], b[1]
+}
+
+// TestDivergenceStops: with a learning rate that blows the model up, Run
+// stops after MaxNonFinite non-finite steps in a row with an error that
+// names the step and the first parameter whose gradient is not finite;
+// Session.Train then saves nothing, so the last checkpoint stays the
+// good one, and a Save of non-finite weights is refused.
+func TestDivergenceStops(t *testing.T) {
+	cfg := testRunConfig()
+	cfg.SaveEvery, cfg.EvalEvery, cfg.GradClip = 0, 0, 0
+	cfg.MaxNonFinite = 2
+	s := openTest(t, t.TempDir(), &cfg)
+	defer s.Close()
+	if _, err := s.Train(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	s.Trainer.SetLR(1e30)
+	done, err := s.Train(context.Background(), 50)
+	if !errors.Is(err, ErrDiverged) {
+		t.Fatalf("after %d steps at lr 1e30: %v", done, err)
+	}
+	msg := err.Error()
+	if done >= 50 || !strings.Contains(msg, "2 steps in a row") || !strings.Contains(msg, fmt.Sprintf("at step %d", s.Trainer.StepCount())) ||
+		!strings.Contains(msg, "first non-finite gradient: ") || strings.Contains(msg, "\n") {
+		t.Errorf("stopped after %d steps: %q", done, msg)
+	}
+	t.Logf("%d steps, then: %s", done, msg)
+	latest, _ := os.ReadFile(filepath.Join(s.Dir, LatestFile))
+	if strings.TrimSpace(string(latest)) != "step-000002" {
+		t.Errorf("a diverged run was checkpointed: latest %q", latest)
+	}
+	if bad := NonFiniteParams(s.Model); len(bad) > 0 {
+		if err := s.Save(); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("saving non-finite weights: %v", err)
+		}
+	}
+	// A non-finite step or two among good ones is not a divergence.
+	tr := s.Trainer
+	tr.nonFinite = 0
+	for _, m := range []Metrics{{Step: 1, Loss: math.Inf(1)}, {Step: 2, Loss: 1}, {Step: 3, Loss: math.NaN()}, {Step: 4, Loss: 1, Skipped: false}} {
+		if err := tr.checkFinite(m); err != nil {
+			t.Errorf("step %d: %v", m.Step, err)
+		}
+	}
 }
