@@ -331,3 +331,44 @@ func TestReadersSayTheyFellBack(t *testing.T) {
 		t.Error("the refused export wrote its output directory")
 	}
 }
+
+// A prepared directory whose set is mixed — a newer tokenizer beside older
+// token files, as a prepare killed over an older output leaves it — is
+// refused by forge train --data with one line, whether the interrupted
+// prepare had removed the manifest (as it does first) or the files were
+// swapped under a manifest.
+func TestTrainRefusesMixedPrepared(t *testing.T) {
+	dir := t.TempDir()
+	config, text := micro(t, dir)
+	old, other := filepath.Join(dir, "old"), filepath.Join(dir, "other")
+	if r := runCLI("prepare", "--out", old, "--vocab", "260", "--context", "32", text); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := runCLI("prepare", "--out", other, "--vocab", "290", "--context", "32", text); r.code != 0 {
+		t.Fatal(r)
+	}
+	newTok, _ := os.ReadFile(filepath.Join(other, "tokenizer.json"))
+	for i, c := range []struct {
+		name         string
+		keepManifest bool
+		want         string
+	}{
+		{"interrupted prepare", false, "has no manifest.json"},
+		{"files swapped", true, "tokenizer.json is not the file its manifest records"},
+	} {
+		mixed := filepath.Join(dir, fmt.Sprintf("mixed%d", i))
+		os.CopyFS(mixed, os.DirFS(old))
+		if !c.keepManifest {
+			os.Remove(filepath.Join(mixed, "manifest.json"))
+		}
+		os.WriteFile(filepath.Join(mixed, "tokenizer.json"), newTok, 0o644)
+		r := runCLI("train", "--config", config, "--run", filepath.Join(dir, fmt.Sprintf("run%d", i)), "--data", mixed, "--steps", "1", "--quiet")
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line with %q", c.name, r.code, r.stderr, c.want)
+		}
+	}
+	// The untouched set still trains.
+	if r := runCLI("train", "--config", config, "--run", filepath.Join(dir, "good"), "--data", old, "--steps", "1", "--quiet"); r.code != 0 {
+		t.Errorf("a complete set: %+v", r)
+	}
+}

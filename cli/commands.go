@@ -403,6 +403,11 @@ func cmdPrepare(e *env, args []string) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
+	// The set (tokenizer and token files) counts once its manifest is
+	// written, last; until then an older set there no longer does.
+	if err := data.RemoveManifest(*out); err != nil {
+		return err
+	}
 	if err := tok.Save(filepath.Join(*out, "tokenizer.json")); err != nil {
 		return err
 	}
@@ -412,6 +417,9 @@ func cmdPrepare(e *env, args []string) error {
 		}})
 	fmt.Fprintln(e.stderr)
 	if err != nil {
+		return err
+	}
+	if err := data.WriteManifest(*out, "tokenizer.json", data.TrainFile, data.ValFile); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "%s: %d-token %s tokenizer, %d training and %d validation tokens (%.2f bytes/token) in %s\n",

@@ -1,9 +1,13 @@
 package train
 
 import (
+	"errors"
 	"fmt"
+	"github.com/forgeml/forge/internal/atomicfile"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
@@ -48,21 +52,96 @@ func Export(m *gpt.Model, tok tokenizer.Tokenizer, dir string) (family string, e
 			"Llama needs rmsnorm+swiglu+rope without biases, GPT-2 layernorm+gelu+learned (the run's checkpoints/*/model.safetensors still load with any safetensors reader)",
 			c.Norm, c.MLP, c.Position, c.Bias, c.KVHeads, c.Heads)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("train: export: %v", err)
-	}
-	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), tensors, map[string]string{"format": "pt"}); err != nil {
+	// The set is written into a new sibling directory and switched in
+	// whole, so a crash leaves either the old export or the new one,
+	// never a new model beside an old tokenizer.
+	tmp, err := prepareExportDir(dir)
+	if err != nil {
 		return "", err
 	}
-	if err := writeJSON(filepath.Join(dir, "config.json"), config); err != nil {
+	defer os.RemoveAll(tmp) // nothing is left there after the switch
+	if err := safetensors.WriteFile(filepath.Join(tmp, "model.safetensors"), tensors, map[string]string{"format": "pt"}); err != nil {
+		return "", err
+	}
+	if err := writeJSON(filepath.Join(tmp, "config.json"), config); err != nil {
 		return "", err
 	}
 	if tok != nil {
-		if err := tok.Save(filepath.Join(dir, "forge-tokenizer.json")); err != nil {
+		if err := tok.Save(filepath.Join(tmp, "forge-tokenizer.json")); err != nil {
 			return "", err
 		}
 	}
-	return family, writeFileAtomic(filepath.Join(dir, "README.md"), []byte(exportReadme(family, c)))
+	if err := writeFileAtomic(filepath.Join(tmp, "README.md"), []byte(exportReadme(family, c))); err != nil {
+		return "", err
+	}
+	return family, switchExportDir(tmp, dir)
+}
+
+// exportFiles are the files Export writes; a directory holding anything
+// else is not overwritten.
+var exportFiles = []string{"model.safetensors", "config.json", "forge-tokenizer.json", "README.md"}
+
+// prepareExportDir checks that dir is new, empty or an earlier export,
+// restores an earlier export that a crash left aside (.<dir>.old-*),
+// removes the leftovers of interrupted exports (.<dir>.tmp-*), and makes
+// the directory the new export is written into.
+func prepareExportDir(dir string) (string, error) {
+	parent, base := filepath.Dir(dir), filepath.Base(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("train: export: %v", err)
+	}
+	olds, _ := filepath.Glob(filepath.Join(parent, "."+base+".old-*"))
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) && len(olds) > 0 {
+		if err := os.Rename(olds[0], dir); err != nil {
+			return "", fmt.Errorf("train: export: restoring the export a crash left at %s: %v", olds[0], err)
+		}
+		olds = olds[1:]
+	}
+	tmps, _ := filepath.Glob(filepath.Join(parent, "."+base+".tmp-*"))
+	for _, p := range append(olds, tmps...) {
+		os.RemoveAll(p)
+	}
+	if ents, err := os.ReadDir(dir); err == nil {
+		var foreign []string
+		for _, e := range ents {
+			if !slices.Contains(exportFiles, e.Name()) && !atomicfile.IsTemp(e.Name()) {
+				foreign = append(foreign, e.Name())
+			}
+		}
+		if len(foreign) > 0 {
+			return "", fmt.Errorf("train: export: %s holds files an export does not write (%s); export to a new or empty directory, or remove them", dir, strings.Join(foreign, ", "))
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("train: export: %v", err)
+	}
+	tmp, err := atomicfile.MkdirTemp(parent, "."+base+".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("train: export: %v", err)
+	}
+	return tmp, nil
+}
+
+// switchExportDir puts the complete export tmp in dir's place: one rename
+// if dir does not exist, else dir aside, tmp in, the old one removed.
+func switchExportDir(tmp, dir string) error {
+	parent, base := filepath.Dir(dir), filepath.Base(dir)
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.Rename(tmp, dir); err != nil {
+			return fmt.Errorf("train: export: %v", err)
+		}
+		atomicfile.SyncDir(parent)
+		return nil
+	}
+	old := strings.Replace(tmp, "."+base+".tmp-", "."+base+".old-", 1)
+	if err := os.Rename(dir, old); err != nil {
+		return fmt.Errorf("train: export: %v", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.Rename(old, dir) // put the old one back
+		return fmt.Errorf("train: export: %v", err)
+	}
+	atomicfile.SyncDir(parent)
+	return os.RemoveAll(old)
 }
 
 func f32(name string, t *forge.Tensor) safetensors.Tensor {

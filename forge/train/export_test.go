@@ -2,6 +2,8 @@ package train
 
 import (
 	"encoding/json"
+	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/tokenizer"
 )
 
 // havePyTorch reports whether Debian's python3-torch is importable.
@@ -87,5 +90,74 @@ func TestExportRefusesUnmappedArchitectures(t *testing.T) {
 	m, _ := gpt.New(c, 1)
 	if _, err := Export(m, nil, t.TempDir()); err == nil || !strings.Contains(err.Error(), "no transformers architecture") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// failingSave is a tokenizer whose Save fails: an export that dies after
+// the model is written.
+type failingSave struct{ tokenizer.Tokenizer }
+
+func (failingSave) Save(string) error { return errors.New("disk gone") }
+
+// TestExportIsAtomic: an export over an older one that fails half way
+// leaves the older one whole (not a new model beside the old tokenizer);
+// a crash between the switch's renames is repaired by the next export;
+// the leftovers of an interrupted export are removed; a directory with
+// files an export does not write is refused, and nothing in it touched.
+func TestExportIsAtomic(t *testing.T) {
+	c := gpt.DefaultConfig()
+	c.Vocab, c.Context, c.Dim, c.Layers, c.Heads, c.KVHeads = 300, 16, 32, 1, 2, 2
+	m1, _ := gpt.New(c, 1)
+	m2, _ := gpt.New(c, 2)
+	tok := tokenizer.TrainChar("abc")
+	root := t.TempDir()
+	out := filepath.Join(root, "export")
+	if _, err := Export(m1, tok, out); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func() map[string]string {
+		got := map[string]string{}
+		for _, f := range exportFiles {
+			b, err := os.ReadFile(filepath.Join(out, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[f] = string(b)
+		}
+		return got
+	}
+	first := snapshot()
+	if _, err := Export(m2, failingSave{tok}, out); err == nil {
+		t.Fatal("a failing export reported success")
+	}
+	if !maps.Equal(snapshot(), first) {
+		t.Error("a failed export changed the older export in place")
+	}
+	leftovers := func() []string {
+		l, _ := filepath.Glob(filepath.Join(root, ".export.*"))
+		return l
+	}
+	if l := leftovers(); len(l) != 0 {
+		t.Errorf("a failed export left %v", l)
+	}
+	// A crash after the old export was moved aside, before the new one
+	// was renamed in, and an interrupted export's directory.
+	os.Rename(out, filepath.Join(root, ".export.old-x1"))
+	os.MkdirAll(filepath.Join(root, ".export.tmp-x2"), 0o755)
+	if _, err := Export(m2, tok, out); err != nil {
+		t.Fatal(err)
+	}
+	if second := snapshot(); second["model.safetensors"] == first["model.safetensors"] || second["forge-tokenizer.json"] != first["forge-tokenizer.json"] {
+		t.Error("the export after a crash does not hold the new model")
+	}
+	if l := leftovers(); len(l) != 0 {
+		t.Errorf("leftovers of the crash remain: %v", l)
+	}
+	os.WriteFile(filepath.Join(out, "notes.txt"), []byte("mine"), 0o644)
+	if _, err := Export(m1, tok, out); err == nil || !strings.Contains(err.Error(), "notes.txt") {
+		t.Errorf("export over a directory with the user's files: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "notes.txt")); string(b) != "mine" {
+		t.Error("the user's file was lost")
 	}
 }

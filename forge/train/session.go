@@ -625,7 +625,7 @@ func prepare(texts []string, source string, cfg Config, dir string, log io.Write
 	if useCache {
 		cache = cacheDir(key)
 	}
-	if cache != "" {
+	if cache != "" && data.VerifyManifest(cache) == nil {
 		if tok, err := tokenizer.Load(filepath.Join(cache, TokenizerFile)); err == nil {
 			if err := copyPrepared(cache, dir, cfg.Model.Context); err == nil {
 				fmt.Fprintf(log, "using the prepared corpus in %s\n", cache)
@@ -664,10 +664,14 @@ func prepare(texts []string, source string, cfg Config, dir string, log io.Write
 		humanBytes(size), res.TrainTokens, res.ValTokens, float64(size)/float64(max(1, res.Tokens())))
 	if cache != "" {
 		// Best effort: a cache that cannot be written only costs time.
-		if err := os.MkdirAll(cache, 0o755); err == nil {
-			_ = tok.Save(filepath.Join(cache, TokenizerFile))
+		// The manifest, written last, marks the set complete.
+		if err := os.MkdirAll(cache, 0o755); err == nil && data.RemoveManifest(cache) == nil {
+			ok := tok.Save(filepath.Join(cache, TokenizerFile)) == nil
 			for _, f := range []string{data.TrainFile, data.ValFile, "source.json"} {
-				_ = copyFile(filepath.Join(dir, f), filepath.Join(cache, f))
+				ok = ok && copyFile(filepath.Join(dir, f), filepath.Join(cache, f)) == nil
+			}
+			if ok {
+				_ = data.WriteManifest(cache, TokenizerFile, data.TrainFile, data.ValFile, "source.json")
 			}
 		}
 	}
@@ -680,6 +684,9 @@ func usePrepared(src, dst string, cfg *Config) (tokenizer.Tokenizer, error) {
 	tok, err := tokenizer.Load(filepath.Join(src, TokenizerFile))
 	if err != nil {
 		return nil, fmt.Errorf("train: %s is not a prepared data directory (run `forge prepare --out %s …` first): %w", src, src, err)
+	}
+	if err := data.VerifyManifest(src); err != nil {
+		return nil, err
 	}
 	cfg.Tokenizer = tok.Kind()
 	if tok.Kind() == "bpe" && tok.VocabSize() > cfg.Model.Vocab {
