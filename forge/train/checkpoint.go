@@ -38,10 +38,22 @@ type State struct {
 	LROverride *float64          `json:"lr_override,omitempty"`
 	Files      map[string]string `json:"files"` // sha256 of each tensor file
 
+	// TokenFiles are the run's token files (data/train.bin, data/val.bin)
+	// as they were when the run was created: valid but different ids
+	// would train without an error, so Open checks them (absent in
+	// checkpoints of older versions, which are not checked).
+	TokenFiles map[string]FileSum `json:"token_files,omitempty"`
+
 	// float16's dynamic loss scale and its good steps in a row (absent
 	// for other precisions; a float16 run without them starts afresh).
 	LossScale     float64 `json:"loss_scale,omitempty"`
 	LossScaleGood int     `json:"loss_scale_good,omitempty"`
+}
+
+// FileSum is a file's size and SHA-256 (hex).
+type FileSum struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
 }
 
 // SaveWeights writes the model's parameters to a safetensors file (names

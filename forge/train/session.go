@@ -67,6 +67,8 @@ type Session struct {
 	resumed  bool
 	fellBack string // why an older checkpoint was used, if it was
 	lock     *runLock
+
+	tokenSums map[string]FileSum // the token files as the run was created
 }
 
 // OpenOptions configure Open.
@@ -181,6 +183,9 @@ func (s *Session) create(opts OpenOptions) error {
 	if err := s.build(); err != nil {
 		return err
 	}
+	if s.tokenSums, err = tokenFileSums(s.Dir); err != nil {
+		return err
+	}
 	// The config goes last: its presence marks a run directory as created.
 	if err := s.Save(); err != nil {
 		return err
@@ -271,6 +276,7 @@ func (s *Session) Save() error {
 		History: len(s.Trainer.History.Steps), Tokens: s.Trainer.tokens,
 		Loader: s.TrainData.State(), Dropout: s.Model.DropoutGenerator().State(),
 		LROverride: s.Trainer.lrSet, Files: map[string]string{},
+		TokenFiles: s.tokenSums,
 	}
 	if sc := s.Trainer.scaler; sc != nil {
 		st.LossScale, st.LossScaleGood = sc.scale, sc.good
@@ -304,6 +310,50 @@ func (s *Session) Save() error {
 	s.prune(name)
 	return nil
 }
+
+// tokenFileSums digests the run's token files.
+func tokenFileSums(dir string) (map[string]FileSum, error) {
+	sums := map[string]FileSum{}
+	for _, f := range []string{data.TrainFile, data.ValFile} {
+		size, sum, err := data.FileDigest(filepath.Join(dir, DataDir, f))
+		if err != nil {
+			return nil, fmt.Errorf("train: %v", err)
+		}
+		sums[f] = FileSum{Size: size, SHA256: sum}
+	}
+	return sums, nil
+}
+
+// checkTokenFiles compares the run's token files with what a checkpoint
+// recorded (nothing to compare for a checkpoint of an older version: the
+// files are digested now, and the next save records them).
+func (s *Session) checkTokenFiles(want map[string]FileSum) error {
+	if s.tokenSums == nil {
+		sums, err := tokenFileSums(s.Dir)
+		if err != nil {
+			return err
+		}
+		s.tokenSums = sums
+	}
+	for _, f := range []string{data.TrainFile, data.ValFile} {
+		w, ok := want[f]
+		if !ok {
+			continue
+		}
+		if got := s.tokenSums[f]; got != w {
+			return tokenFileErrorf("train: %s is not the token file this run was trained on (%d bytes, sha256 %.12s… recorded; %d bytes, %.12s… now): restore it, or start a new run on the new data",
+				filepath.Join(s.Dir, DataDir, f), w.Size, w.SHA256, got.Size, got.SHA256)
+		}
+	}
+	return nil
+}
+
+// tokenFileError is a token file that differs from the checkpoint's
+// record: the run's data, not the checkpoint, is wrong, so no older
+// checkpoint is tried.
+type tokenFileError struct{ error }
+
+func tokenFileErrorf(format string, a ...any) error { return tokenFileError{fmt.Errorf(format, a...)} }
 
 // removeOrphans deletes what interrupted writes left in the run directory:
 // checkpoint directories that were never renamed into place
@@ -402,6 +452,10 @@ func (s *Session) loadLatest() error {
 	var errs []string
 	for i, name := range tries {
 		err := s.loadCheckpoint(filepath.Join(root, name))
+		var tokErr tokenFileError
+		if errors.As(err, &tokErr) {
+			return err
+		}
 		if err == nil {
 			if i > 0 {
 				s.fellBack = fmt.Sprintf("checkpoint %s could not be used (%s); resumed from %s", tries[0], errs[0], name)
@@ -423,6 +477,9 @@ func (s *Session) loadCheckpoint(dir string) error {
 		return err
 	}
 	if err := loadCheckpoint(dir, s.Model, s.Trainer.Opt, &st); err != nil {
+		return err
+	}
+	if err := s.checkTokenFiles(st.TokenFiles); err != nil {
 		return err
 	}
 	if err := s.TrainData.SetState(st.Loader); err != nil {

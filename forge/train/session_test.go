@@ -240,3 +240,37 @@ func TestDamagedLogResumes(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFilesChecked: token files changed after the run was created —
+// valid ids, so nothing else would notice — stop Open with one line naming
+// the file; restored, the run opens again.
+func TestTokenFilesChecked(t *testing.T) {
+	cfg := testRunConfig()
+	dir := t.TempDir()
+	s := openTest(t, dir, &cfg)
+	if _, err := s.Train(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	path := filepath.Join(dir, DataDir, data.TrainFile)
+	orig, _ := os.ReadFile(path)
+	changed := append([]byte(nil), orig...)
+	// The last token id (little-endian uint16) becomes another id < 256,
+	// valid for any vocabulary.
+	n := len(changed)
+	changed[n-2], changed[n-1] = (changed[n-2]+1)%200, 0
+	os.WriteFile(path, changed, 0o644)
+	_, err := Open(dir, OpenOptions{})
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not the token file") || strings.Count(err.Error(), "not the token file") != 1 {
+		t.Fatalf("open with changed token ids: %v", err)
+	}
+	os.WriteFile(path, orig, 0o644)
+	r, err := Open(dir, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Trainer.StepCount() != 2 {
+		t.Errorf("reopened at step %d", r.Trainer.StepCount())
+	}
+	r.Close()
+}

@@ -43,6 +43,7 @@ func init() {
 		"Callback":    reflect.ValueOf((*train.Callback)(nil)),
 		"Config":      reflect.ValueOf((*train.Config)(nil)),
 		"EvalBatches": reflect.ValueOf((*train.EvalBatches)(nil)),
+		"FileSum":     reflect.ValueOf((*train.FileSum)(nil)),
 		"History":     reflect.ValueOf((*train.History)(nil)),
 		"Metrics":     reflect.ValueOf((*train.Metrics)(nil)),
 		"OpenOptions": reflect.ValueOf((*train.OpenOptions)(nil)),
