@@ -200,6 +200,8 @@ func TestErrors(t *testing.T) {
 	os.WriteFile(empty, nil, 0o644)
 	badConfig := filepath.Join(dir, "bad.json")
 	os.WriteFile(badConfig, []byte(`{"model": {"n_head": 3}}`), 0o644)
+	huge := filepath.Join(dir, "huge.json")
+	os.WriteFile(huge, []byte(`{"name": "huge", "model": {"vocab": 300, "context": 32, "d_model": 1000000000, "n_layer": 2, "n_head": 8}}`), 0o644)
 	notRun := filepath.Join(dir, "notrun")
 	os.MkdirAll(notRun, 0o755)
 	// A run whose every checkpoint is damaged.
@@ -235,6 +237,8 @@ func TestErrors(t *testing.T) {
 		{[]string{"prepare", "--out", dir, "--tokenizer", "words"}, 2, `--tokenizer "words"`},
 		{[]string{"prepare", "--out", filepath.Join(dir, "p"), "--use-tokenizer", text, text}, 1, "tokenizer"},
 		{[]string{"info", "--config", "nope"}, 1, "no config named"},
+		{[]string{"train", "--config", huge, "--run", filepath.Join(dir, "r5")}, 1, "config huge needs at least"},
+		{[]string{"info", "--config", huge, "--params"}, 1, "has weights of"},
 		// Numbers out of range: one line and exit 2, before anything runs.
 		{[]string{"train", "--config", config, "--run", filepath.Join(dir, "r4"), "--steps", "-3"}, 2, "--steps -3"},
 		{[]string{"eval", "--run", broken, "--batches", "-1"}, 2, "--batches -1"},

@@ -318,10 +318,17 @@ func cmdInfo(e *env, args []string) error {
 	fpt := m.FLOPsPerToken()
 	fmt.Fprintf(e.stdout, "  training FLOPs: %.1f M per token, %.2f G per step of %d tokens (batch %d × context %d × accumulation %d)\n",
 		float64(fpt)/1e6, float64(fpt)*float64(cfg.TokensPerStep())/1e9, cfg.TokensPerStep(), cfg.Batch, m.Context, cfg.GradAccum)
-	fmt.Fprintf(e.stdout, "  memory: %.0f MB of float32 weights, gradients and AdamW moments\n", float64(total)*16/1e6)
+	avail := "unknown here"
+	if n, ok := train.AvailableMemory(); ok {
+		avail = humanBytesCLI(n)
+	}
+	fmt.Fprintf(e.stdout, "  memory to train: at least %s; available now %s\n", cfg.MemoryNeeded(), avail)
 	fmt.Fprintf(e.stdout, "  schedule: %s, lr %g, warmup %d, %d steps; AdamW β (%g, %g), weight decay %g, clip %g\n",
 		cfg.Schedule, cfg.LR, cfg.Warmup, cfg.Steps, cfg.Beta1, cfg.Beta2, cfg.WeightDecay, cfg.GradClip)
 	if *params {
+		if err := cfg.CheckWeightMemory(); err != nil {
+			return err
+		}
 		mod, err := gpt.New(cfg.Model, cfg.Seed)
 		if err != nil {
 			return err
@@ -470,3 +477,14 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+// humanBytesCLI prints a byte count in binary units.
+func humanBytesCLI(n int64) string {
+	v, units := float64(n), []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}

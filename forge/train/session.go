@@ -107,10 +107,15 @@ func Open(dir string, opts OpenOptions) (*Session, error) {
 	_, err := os.Stat(filepath.Join(dir, ConfigFile))
 	if errors.Is(err, os.ErrNotExist) {
 		// Check what can be checked before making anything.
+		cfg := DefaultConfig()
 		if opts.Config != nil {
-			if err := opts.Config.Validate(); err != nil {
-				return nil, err
-			}
+			cfg = *opts.Config
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		if err := cfg.CheckMemory(); err != nil {
+			return nil, err
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("train: creating the run directory: %v", err)
@@ -243,6 +248,9 @@ func (s *Session) resume(opts OpenOptions) error {
 			return err
 		}
 		cfg = o
+	}
+	if err := cfg.CheckMemory(); err != nil {
+		return err
 	}
 	s.Config = cfg
 	s.Tokenizer, err = tokenizer.Load(filepath.Join(s.Dir, TokenizerFile))
@@ -862,6 +870,9 @@ func Load(dir string) (*Snapshot, error) {
 	}
 	tok, err := tokenizer.Load(filepath.Join(dir, TokenizerFile))
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckWeightMemory(); err != nil {
 		return nil, err
 	}
 	m, err := gpt.New(cfg.Model, cfg.Seed)

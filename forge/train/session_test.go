@@ -2,10 +2,12 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forgeml/forge/forge/data"
 )
@@ -273,4 +275,45 @@ func TestTokenFilesChecked(t *testing.T) {
 		t.Errorf("reopened at step %d", r.Trainer.StepCount())
 	}
 	r.Close()
+}
+
+// TestOpenRefusesConfigsTooLarge: configs whose weights or activations
+// cannot fit are refused before anything is allocated or written, in one
+// line naming the estimate, the memory available and what to shrink.
+func TestOpenRefusesConfigsTooLarge(t *testing.T) {
+	t.Setenv("FORGE_MEMORY_AVAILABLE", fmt.Sprint(8<<30))
+	for _, c := range []struct {
+		name   string
+		change func(c *Config)
+		shrink string
+	}{
+		{"d_model 1e9", func(c *Config) { c.Model.Dim = 1_000_000_000 }, "d_model"},
+		{"ffn_hidden 1e9", func(c *Config) { c.Model.FFNHidden = 1_000_000_000 }, "d_model, n_layer or ffn_hidden"},
+		{"n_layer 100000", func(c *Config) { c.Model.Layers = 100_000; c.Model.Dim = 512; c.Model.Heads = 8 }, "n_layer"},
+		{"batch 1e9", func(c *Config) { c.Batch = 1_000_000_000 }, "batch or context"},
+	} {
+		cfg := testRunConfig()
+		c.change(&cfg)
+		dir := filepath.Join(t.TempDir(), "run")
+		start := time.Now()
+		_, err := Open(dir, OpenOptions{Config: &cfg, Texts: testTexts(), NoCache: true})
+		if err == nil || !strings.Contains(err.Error(), "needs at least") || !strings.Contains(err.Error(), "8.0 GiB of memory is available") ||
+			!strings.Contains(err.Error(), c.shrink) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if el := time.Since(start); el > 5*time.Second {
+			t.Errorf("%s: refused only after %v", c.name, el)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%s: the refused run left %s", c.name, dir)
+		}
+	}
+	// The test config itself fits.
+	cfg := testRunConfig()
+	if err := cfg.CheckMemory(); err != nil {
+		t.Error(err)
+	}
+	if m := cfg.MemoryNeeded(); m.Total() <= 0 || m.Weights != 4*float64(cfg.Model.Params()) {
+		t.Errorf("estimate %v for %d parameters", m, cfg.Model.Params())
+	}
 }

@@ -12,6 +12,7 @@ import (
 func init() {
 	Symbols["github.com/forgeml/forge/forge/train/train"] = map[string]reflect.Value{
 		// function, constant and variable definitions
+		"AvailableMemory":        reflect.ValueOf(train.AvailableMemory),
 		"CheckpointDir":          reflect.ValueOf(constant.MakeFromLiteral("\"checkpoints\"", token.STRING, 0)),
 		"ConfigFile":             reflect.ValueOf(constant.MakeFromLiteral("\"config.json\"", token.STRING, 0)),
 		"DataDir":                reflect.ValueOf(constant.MakeFromLiteral("\"data\"", token.STRING, 0)),
@@ -45,6 +46,7 @@ func init() {
 		"EvalBatches": reflect.ValueOf((*train.EvalBatches)(nil)),
 		"FileSum":     reflect.ValueOf((*train.FileSum)(nil)),
 		"History":     reflect.ValueOf((*train.History)(nil)),
+		"Memory":      reflect.ValueOf((*train.Memory)(nil)),
 		"Metrics":     reflect.ValueOf((*train.Metrics)(nil)),
 		"OpenOptions": reflect.ValueOf((*train.OpenOptions)(nil)),
 		"Session":     reflect.ValueOf((*train.Session)(nil)),

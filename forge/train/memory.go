@@ -1,0 +1,137 @@
+package train
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// Memory is a lower bound on what training a config holds at once, in
+// bytes: float32 weights, their gradients and AdamW's two moments (16
+// bytes a parameter), and the activations the backward keeps for one
+// micro-batch — per token and layer about 10·d_model + 3·ffn_hidden
+// values (norm outputs, q/k/v, attention output, projections, residuals,
+// the MLP's gate, up and product; attention keeps no T×T matrix), plus the
+// logits. Temporaries come on top, so a run needs more than this; a
+// config that needs more than this cannot run at all.
+type Memory struct {
+	Weights, Gradients, Optimizer, Activations float64
+}
+
+// Total is the sum of the parts.
+func (m Memory) Total() float64 { return m.Weights + m.Gradients + m.Optimizer + m.Activations }
+
+func (m Memory) String() string {
+	return fmt.Sprintf("%s (weights %s, gradients %s, AdamW moments %s, activations %s)",
+		humanFloatBytes(m.Total()), humanFloatBytes(m.Weights), humanFloatBytes(m.Gradients),
+		humanFloatBytes(m.Optimizer), humanFloatBytes(m.Activations))
+}
+
+// MemoryNeeded estimates c's training memory (Memory), in float64 so that
+// absurd configs do not overflow.
+func (c Config) MemoryNeeded() Memory {
+	r := c.Model.Resolved()
+	params := float64(paramsFloat(c))
+	act := 4.0
+	if c.Precision == "bfloat16" || c.Precision == "float16" {
+		act = 2
+	}
+	tokens := float64(c.Batch) * float64(r.Context)
+	perToken := float64(r.Layers)*(10*float64(r.Dim)+3*float64(r.FFNHidden))*act + 4*float64(r.PaddedVocab())
+	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: tokens * perToken}
+}
+
+// paramsFloat is gpt.Config.Params in float64, from its dominant terms
+// when the int count could overflow.
+func paramsFloat(c Config) float64 {
+	r := c.Model.Resolved()
+	C, L, F, V := float64(r.Dim), float64(r.Layers), float64(r.FFNHidden), float64(r.PaddedVocab())
+	approx := V*C + L*(4*C*C+3*C*F)
+	if r.Untied {
+		approx += V * C
+	}
+	if approx < 1e15 {
+		return float64(r.Params())
+	}
+	return approx
+}
+
+// CheckMemory refuses, in one line, a config whose training memory
+// (MemoryNeeded) exceeds the memory available now (MemAvailable on Linux;
+// elsewhere nothing is checked), naming both and what to shrink.
+func (c Config) CheckMemory() error {
+	need := c.MemoryNeeded()
+	avail, ok := availableMemory()
+	if !ok || need.Total() <= float64(avail) {
+		return nil
+	}
+	what := "d_model, n_layer or ffn_hidden (the weights alone do not fit)"
+	if need.Weights+need.Gradients+need.Optimizer <= float64(avail) {
+		what = "batch or context (the activations), or the model"
+	}
+	return fmt.Errorf("train: config %s needs at least %s to train, but %s of memory is available; shrink %s",
+		c.Name, need, humanFloatBytes(float64(avail)), what)
+}
+
+// CheckWeightMemory is CheckMemory for loading the weights alone (eval,
+// generate, export).
+func (c Config) CheckWeightMemory() error {
+	need := c.MemoryNeeded().Weights
+	avail, ok := availableMemory()
+	if !ok || need <= float64(avail) {
+		return nil
+	}
+	return fmt.Errorf("train: config %s has weights of %s, but %s of memory is available", c.Name, humanFloatBytes(need), humanFloatBytes(float64(avail)))
+}
+
+// AvailableMemory is the memory the system can give now without
+// swapping, in bytes (ok false where it is not known).
+func AvailableMemory() (bytes int64, ok bool) { return availableMemory() }
+
+// availableMemory is the memory the system can give without swapping:
+// MemAvailable of /proc/meminfo on Linux (ok false elsewhere or if
+// unreadable). FORGE_MEMORY_AVAILABLE (bytes) overrides it, for tests.
+func availableMemory() (int64, bool) {
+	if v := os.Getenv("FORGE_MEMORY_AVAILABLE"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil && n > 0
+	}
+	if runtime.GOOS != "linux" {
+		return 0, false
+	}
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) == 2 && fields[1] == "kB" {
+				if kb, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
+					return kb << 10, true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// humanFloatBytes prints a byte count in binary units (KiB, MiB, …), from
+// a float64 that may exceed int64.
+func humanFloatBytes(n float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	i := 0
+	for n >= 1024 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", n)
+	}
+	return fmt.Sprintf("%.1f %s", n, units[i])
+}
