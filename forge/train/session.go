@@ -461,7 +461,8 @@ func (s *Session) loadLatest() error {
 	for i, name := range tries {
 		err := s.loadCheckpoint(filepath.Join(root, name))
 		var tokErr tokenFileError
-		if errors.As(err, &tokErr) {
+		var writeErr resumeWriteError
+		if errors.As(err, &tokErr) || errors.As(err, &writeErr) {
 			return err
 		}
 		if err == nil {
@@ -501,7 +502,8 @@ func (s *Session) loadCheckpoint(dir string) error {
 	}
 	hist, err := readMetrics(filepath.Join(s.Dir, MetricsFile), st.History)
 	var damaged damagedLogError
-	if errors.As(err, &damaged) {
+	setAside := errors.As(err, &damaged)
+	if setAside {
 		// The log is a record, not state: the checkpoint alone resumes.
 		hist, err = s.setAsideLog(&st, err)
 	}
@@ -511,7 +513,38 @@ func (s *Session) loadCheckpoint(dir string) error {
 	s.Trainer.History.Steps = hist
 	s.saved = st.Step
 	// Drop lines written after the checkpoint: the resumed run redoes them.
-	return s.rewriteMetrics()
+	// Only then is anything written, so reopening a run that stopped at a
+	// checkpoint needs no space.
+	if !setAside && !metricsBeyond(filepath.Join(s.Dir, MetricsFile), len(hist)) {
+		return s.openMetrics()
+	}
+	if err := s.rewriteMetrics(); err != nil {
+		return resumeWriteError{fmt.Errorf("train: resuming %s at step %d: the checkpoint is intact, but dropping the metrics recorded after it failed: %v; free some space (or fix the directory's permissions) and open it again", s.Dir, st.Step, err)}
+	}
+	return nil
+}
+
+// resumeWriteError is a failure to write while resuming from a checkpoint
+// that loaded: no reason to try an older one.
+type resumeWriteError struct{ error }
+
+// metricsBeyond reports whether the metrics file holds more than n lines
+// (records written after the checkpoint, or a torn last line).
+func metricsBeyond(path string, n int) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	lines := 0
+	for sc.Scan() {
+		if lines++; lines > n {
+			return true
+		}
+	}
+	return sc.Err() != nil
 }
 
 // Train runs n steps (until ctx is cancelled, checked between steps),
@@ -573,6 +606,10 @@ func (s *Session) appendMetrics(m Metrics) error {
 	return err
 }
 
+// writeMetricsFile writes the metrics file whole (a variable so that a
+// test can make it fail as a full disk does).
+var writeMetricsFile = writeFileAtomic
+
 func (s *Session) rewriteMetrics() error {
 	var buf bytes.Buffer
 	for _, m := range s.Trainer.History.Steps {
@@ -583,7 +620,7 @@ func (s *Session) rewriteMetrics() error {
 		s.metrics.Close()
 		s.metrics = nil
 	}
-	if err := writeFileAtomic(filepath.Join(s.Dir, MetricsFile), buf.Bytes()); err != nil {
+	if err := writeMetricsFile(filepath.Join(s.Dir, MetricsFile), buf.Bytes()); err != nil {
 		return err
 	}
 	return s.openMetrics()

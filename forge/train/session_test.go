@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -316,4 +317,47 @@ func TestOpenRefusesConfigsTooLarge(t *testing.T) {
 	if m := cfg.MemoryNeeded(); m.Total() <= 0 || m.Weights != 4*float64(cfg.Model.Params()) {
 		t.Errorf("estimate %v for %d parameters", m, cfg.Model.Params())
 	}
+}
+
+// TestReopenOnFullDisk: reopening a run whose metrics must be cut back to
+// its checkpoint, on a disk where that write fails, says what failed and
+// that the checkpoint is intact — not "no checkpoint loads" — and tries
+// no older checkpoint; a run that stopped at its checkpoint reopens with
+// nothing written at all, and a reader needs no space either.
+func TestReopenOnFullDisk(t *testing.T) {
+	cfg := testRunConfig()
+	cfg.SaveEvery = 0
+	dir := t.TempDir()
+	a := openTest(t, dir, &cfg)
+	if _, err := a.Train(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	full := func(string, []byte) error { return syscall.ENOSPC }
+	orig := writeMetricsFile
+	t.Cleanup(func() { writeMetricsFile = orig })
+	writeMetricsFile = full
+	b, err := Open(dir, OpenOptions{}) // stopped at its checkpoint: nothing to rewrite
+	if err != nil {
+		t.Fatalf("reopening a run that needs no write, on a full disk: %v", err)
+	}
+	// Two steps recorded after the checkpoint, as a crash leaves them.
+	b.Trainer.Run(context.Background(), 2, b.record)
+	b.Close()
+	_, err = Open(dir, OpenOptions{})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint is intact") || !strings.Contains(err.Error(), "no space left") || strings.Contains(err.Error(), "no checkpoint") {
+		t.Fatalf("reopening on a full disk: %v", err)
+	}
+	if _, err := Load(dir); err != nil {
+		t.Errorf("a reader on a full disk: %v", err)
+	}
+	writeMetricsFile = orig
+	r, err := Open(dir, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Trainer.StepCount() != 3 || len(r.Trainer.History.Steps) != 3 {
+		t.Errorf("with space again: step %d, %d records", r.Trainer.StepCount(), len(r.Trainer.History.Steps))
+	}
+	r.Close()
 }
