@@ -45,7 +45,8 @@ func init() {
 		{"eval", "[--run dir] [--batches n]", "validation loss and perplexity of a run", cmdEval},
 		{"info", "[--config name | --run dir]", "parameters, FLOPs and memory of a config", cmdInfo},
 		{"prepare", "--out dir [--vocab 4096] [--tokenizer bpe|char] file.txt …", "train a tokenizer and write llm.c token files", cmdPrepare},
-		{"export", "[--run dir] --out dir", "write Hugging Face / PyTorch loadable weights and config", cmdExport},
+		{"export", "[--run dir] --out dir [--allow-older]", "write Hugging Face / PyTorch loadable weights and config", cmdExport},
+		{"check", "[--run dir]", "verify a run directory: checkpoints, token files, metrics, lock, leftovers", cmdCheck},
 		{"bench", benchArgs, "time a kernel or a training step (%timeit style); profile a step", cmdBench},
 		{"demo", "", "a tour of tensors, autograd and the GPT ops", func(e *env, _ []string) error {
 			return forge.Try(func() { demo(e.stdout) })

@@ -376,3 +376,29 @@ func TestTrainRefusesMixedPrepared(t *testing.T) {
 		t.Errorf("a complete set: %+v", r)
 	}
 }
+
+// forge check: exit 0 and a summary for a sound run; a line per problem,
+// with what forge does about it, and exit 1 when there is one.
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FORGE_CACHE_DIR", filepath.Join(dir, "cache"))
+	config, text := micro(t, dir)
+	run := filepath.Join(dir, "run")
+	if r := runCLI("train", "--config", config, "--run", run, "--data", text, "--steps", "1", "--quiet"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := runCLI("check", "--run", run); r.code != 0 || !strings.Contains(r.stdout, "step 1") || !strings.Contains(r.stdout, "no problems") {
+		t.Errorf("sound run: %+v", r)
+	}
+	os.MkdirAll(filepath.Join(run, "checkpoints", ".tmp-step-000002-q"), 0o755)
+	r := runCLI("check", run)
+	if r.code != 1 || !strings.Contains(r.stdout, "problem: ") || !strings.Contains(r.stdout, ".tmp-step-000002-q") || !strings.Contains(r.stdout, "1 problem") {
+		t.Errorf("run with a leftover: %+v", r)
+	}
+	if r := runCLI("info", "--run", run); r.code != 0 || !strings.Contains(r.stdout, "check: ") || !strings.Contains(r.stdout, "1 problem") {
+		t.Errorf("info --run does not show the check's summary: %+v", r)
+	}
+	if r := runCLI("check", "--run", filepath.Join(dir, "nope")); r.code != 1 || !strings.Contains(r.stderr, "not a run directory") {
+		t.Errorf("not a run: %+v", r)
+	}
+}

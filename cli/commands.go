@@ -291,6 +291,9 @@ func cmdInfo(e *env, args []string) error {
 		}
 		cfg = snap.Config
 		fmt.Fprintf(e.stdout, "run %s at step %d\n", *runDir, snap.Step)
+		if r, err := train.Check(*runDir); err == nil {
+			fmt.Fprintf(e.stdout, "  check: %s (details: forge check --run %s)\n", r.Summary(), *runDir)
+		}
 	case *config != "":
 		if cfg, err = train.LoadConfig(*config); err != nil {
 			return err
@@ -460,6 +463,32 @@ func cmdExport(e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "exported step %d of %s to %s as a transformers %s model (see %s)\n", snap.Step, *runDir, *out, fam, filepath.Join(*out, "README.md"))
+	return nil
+}
+
+func cmdCheck(e *env, args []string) error {
+	fs := flags(e, "check")
+	runDir := fs.String("run", "runs/tiny", "run directory")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 1 && !flagSet(fs, "run") {
+		*runDir = pos[0]
+	} else if len(pos) > 0 {
+		return usagef("check takes one run directory, got %q", strings.Join(pos, " "))
+	}
+	r, err := train.Check(*runDir)
+	if err != nil {
+		return err
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(e.stdout, "problem: %s; %s\n", p.What, p.Action)
+	}
+	fmt.Fprintln(e.stdout, r.Summary())
+	if len(r.Problems) > 0 {
+		return fmt.Errorf("%s: %d problem(s), listed above", *runDir, len(r.Problems))
+	}
 	return nil
 }
 

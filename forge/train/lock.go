@@ -80,3 +80,21 @@ func (l *runLock) release() error {
 	l.f = nil
 	return err
 }
+
+// lockHolderOf describes who holds dir's lock, or "" if nobody does: it
+// takes the lock for a moment to find out, and gives it back.
+func lockHolderOf(dir string) string {
+	f, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_RDWR, 0)
+	if err != nil {
+		return "" // no lock file: never opened for writing by this version
+	}
+	defer f.Close()
+	if err := tryLock(f); err == nil {
+		return "" // closing f releases it
+	}
+	var h lockHolder
+	if b, err := io.ReadAll(io.LimitReader(f, 4096)); err == nil {
+		json.Unmarshal(b, &h)
+	}
+	return h.String()
+}

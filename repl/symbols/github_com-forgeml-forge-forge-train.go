@@ -13,6 +13,7 @@ func init() {
 	Symbols["github.com/forgeml/forge/forge/train/train"] = map[string]reflect.Value{
 		// function, constant and variable definitions
 		"AvailableMemory":        reflect.ValueOf(train.AvailableMemory),
+		"Check":                  reflect.ValueOf(train.Check),
 		"CheckpointDir":          reflect.ValueOf(constant.MakeFromLiteral("\"checkpoints\"", token.STRING, 0)),
 		"ConfigFile":             reflect.ValueOf(constant.MakeFromLiteral("\"config.json\"", token.STRING, 0)),
 		"DataDir":                reflect.ValueOf(constant.MakeFromLiteral("\"data\"", token.STRING, 0)),
@@ -42,6 +43,7 @@ func init() {
 		// type definitions
 		"Batches":     reflect.ValueOf((*train.Batches)(nil)),
 		"Callback":    reflect.ValueOf((*train.Callback)(nil)),
+		"CheckReport": reflect.ValueOf((*train.CheckReport)(nil)),
 		"Config":      reflect.ValueOf((*train.Config)(nil)),
 		"EvalBatches": reflect.ValueOf((*train.EvalBatches)(nil)),
 		"FileSum":     reflect.ValueOf((*train.FileSum)(nil)),
@@ -49,6 +51,7 @@ func init() {
 		"Memory":      reflect.ValueOf((*train.Memory)(nil)),
 		"Metrics":     reflect.ValueOf((*train.Metrics)(nil)),
 		"OpenOptions": reflect.ValueOf((*train.OpenOptions)(nil)),
+		"Problem":     reflect.ValueOf((*train.Problem)(nil)),
 		"Session":     reflect.ValueOf((*train.Session)(nil)),
 		"Snapshot":    reflect.ValueOf((*train.Snapshot)(nil)),
 		"State":       reflect.ValueOf((*train.State)(nil)),
