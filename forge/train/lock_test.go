@@ -243,3 +243,4 @@ func TestCheckpointPermissions(t *testing.T) {
 		t.Fatal("no checkpoint")
 	}
 }
+

@@ -64,6 +64,7 @@ type Session struct {
 	log      io.Writer
 	metrics  *os.File // append-only metrics.jsonl
 	saved    int      // step of the last checkpoint
+	savedRec int      // records of the history at the last checkpoint
 	resumed  bool
 	fellBack string // why an older checkpoint was used, if it was
 	lock     *runLock
@@ -314,7 +315,7 @@ func (s *Session) Save() error {
 	if err := writeFileAtomic(filepath.Join(s.Dir, LatestFile), []byte(name+"\n")); err != nil {
 		return err
 	}
-	s.saved = step
+	s.saved, s.savedRec = step, len(s.Trainer.History.Steps)
 	s.prune(name)
 	return nil
 }
@@ -511,7 +512,7 @@ func (s *Session) loadCheckpoint(dir string) error {
 		return err
 	}
 	s.Trainer.History.Steps = hist
-	s.saved = st.Step
+	s.saved, s.savedRec = st.Step, len(hist)
 	// Drop lines written after the checkpoint: the resumed run redoes them.
 	// Only then is anything written, so reopening a run that stopped at a
 	// checkpoint needs no space.
@@ -554,7 +555,10 @@ func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error
 	all := append([]Callback{s.record}, cbs...)
 	done, err := s.Trainer.Run(ctx, n, all...)
 	// A diverged run keeps its last checkpoint: the steps since led there.
-	if s.Trainer.StepCount() != s.saved && !errors.Is(err, ErrDiverged) { // else the last step is saved already
+	// Unless nothing happened since the last save: a step skipped for a
+	// non-finite gradient (float16's loss scaling) changes the state too.
+	changed := s.Trainer.StepCount() != s.saved || len(s.Trainer.History.Steps) != s.savedRec
+	if changed && !errors.Is(err, ErrDiverged) {
 		if serr := s.Save(); err == nil {
 			err = serr
 		}
