@@ -243,4 +243,3 @@ func TestCheckpointPermissions(t *testing.T) {
 		t.Fatal("no checkpoint")
 	}
 }
-
