@@ -92,15 +92,16 @@ func (c Config) CheckWeightMemory() error {
 func AvailableMemory() (bytes int64, ok bool) { return availableMemory() }
 
 // availableMemory is the memory the system can give without swapping:
-// MemAvailable of /proc/meminfo on Linux (ok false elsewhere or if
-// unreadable). FORGE_MEMORY_AVAILABLE (bytes) overrides it, for tests.
+// MemAvailable of /proc/meminfo on Linux; on macOS the physical memory
+// (hw.memsize: what is free there is hard to tell, and GPU buffers share
+// it); ok false elsewhere or if unreadable. FORGE_MEMORY_AVAILABLE (bytes) overrides it, for tests.
 func availableMemory() (int64, bool) {
 	if v := os.Getenv("FORGE_MEMORY_AVAILABLE"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		return n, err == nil && n > 0
 	}
 	if runtime.GOOS != "linux" {
-		return 0, false
+		return physicalMemory() // macOS: all of it (unified memory), the bound a run cannot pass
 	}
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
