@@ -144,8 +144,8 @@ func cmdTrain(e *env, args []string) error {
 	tokens := int64(done) * int64(cfg.TokensPerStep())
 	fmt.Fprintf(e.stdout, "%s: steps %d→%d in %s (%.0f tokens/s)  loss %.4f → %.4f",
 		cfg.Name, first, s.Trainer.StepCount(), el.Round(100*time.Millisecond), float64(tokens)/el.Seconds(), recent[0].Loss, meanLoss(recent, 10))
-	if v := lastVal(h); v != nil {
-		fmt.Fprintf(e.stdout, "  val %.4f", *v)
+	if v := s.Trainer.History.LastVal(); v != nil {
+		fmt.Fprintf(e.stdout, "  val %.4f", *v.ValLoss)
 	}
 	fmt.Fprintln(e.stdout)
 	if len(h) > 1 {
@@ -171,15 +171,6 @@ func meanLoss(h []train.Metrics, k int) float64 {
 		s += m.Loss
 	}
 	return s / float64(k)
-}
-
-func lastVal(h []train.Metrics) *float64 {
-	for i := len(h) - 1; i >= 0; i-- {
-		if h[i].ValLoss != nil {
-			return h[i].ValLoss
-		}
-	}
-	return nil
 }
 
 func cmdGenerate(e *env, args []string) error {

@@ -393,15 +393,6 @@ func historyHTML(title string, h train.History, ids []string) string {
 	return box(fmt.Sprintf("%s — %d steps", title, len(h.Steps)), metricsTable(h.Last(), lastVal(h))+historyCharts(h, ids))
 }
 
-func lastVal(h train.History) *float64 {
-	for i := len(h.Steps) - 1; i >= 0; i-- {
-		if h.Steps[i].ValLoss != nil {
-			return h.Steps[i].ValLoss
-		}
-	}
-	return nil
-}
-
 func metricsTable(m train.Metrics, val *float64) string {
 	v := "–"
 	if val != nil {
@@ -589,4 +580,12 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// lastVal is the latest validation loss of h (nil if none).
+func lastVal(h train.History) *float64 {
+	if m := h.LastVal(); m != nil {
+		return m.ValLoss
+	}
+	return nil
 }

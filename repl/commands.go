@@ -239,8 +239,8 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	if h := tr.History.Steps; len(h) > 0 {
 		last := h[len(h)-1]
 		fmt.Fprintf(w, "losses    train %.4f at step %d", last.Loss, last.Step)
-		if v, at := lastVal(h); at > 0 {
-			fmt.Fprintf(w, ", validation %.4f at step %d", v, at)
+		if v := tr.History.LastVal(); v != nil {
+			fmt.Fprintf(w, ", validation %.4f at step %d", *v.ValLoss, v.Step)
 		}
 		fmt.Fprintln(w)
 	}
@@ -254,16 +254,6 @@ func lrSource(s *Session) string {
 		return "fixed by :lr"
 	}
 	return fmt.Sprintf("%s schedule, peak %g, warmup %d", c.Schedule, c.LR, c.Warmup)
-}
-
-// lastVal returns the latest validation loss and its step (0 if none).
-func lastVal(h []train.Metrics) (float64, int) {
-	for i := len(h) - 1; i >= 0; i-- {
-		if h[i].ValLoss != nil {
-			return *h[i].ValLoss, h[i].Step
-		}
-	}
-	return math.NaN(), 0
 }
 
 func cmdParams(s *Session, _ context.Context, args []string) error {

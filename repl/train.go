@@ -83,7 +83,10 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 	if fv.Kind() != reflect.Func {
 		return fmt.Errorf("the condition: not a boolean expression")
 	}
-	val, _ := lastVal(s.run.Trainer.History.Steps)
+	val := math.NaN()
+	if v := s.run.Trainer.History.LastVal(); v != nil {
+		val = *v.ValLoss
+	}
 	met := false
 	check := func(m train.Metrics) error {
 		if m.ValLoss != nil {

@@ -108,6 +108,17 @@ type History struct {
 	Steps []Metrics
 }
 
+// LastVal returns the latest validation loss and the record holding it
+// (nil if no step was evaluated).
+func (h *History) LastVal() *Metrics {
+	for i := len(h.Steps) - 1; i >= 0; i-- {
+		if h.Steps[i].ValLoss != nil {
+			return &h.Steps[i]
+		}
+	}
+	return nil
+}
+
 // Last returns the latest record (zero if none).
 func (h *History) Last() Metrics {
 	if len(h.Steps) == 0 {

@@ -112,3 +112,20 @@ func TestDivergenceStops(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryLastVal: the latest record with a validation loss, a step-0
+// evaluation included, or nil.
+func TestHistoryLastVal(t *testing.T) {
+	v0, v2 := 3.0, 2.5
+	h := History{Steps: []Metrics{{Step: 0, ValLoss: &v0}, {Step: 1}, {Step: 2, ValLoss: &v2}, {Step: 3}}}
+	if m := h.LastVal(); m == nil || m.Step != 2 || *m.ValLoss != 2.5 {
+		t.Errorf("got %+v", m)
+	}
+	h.Steps = h.Steps[:2]
+	if m := h.LastVal(); m == nil || m.Step != 0 {
+		t.Errorf("an evaluation at step 0: got %+v", m)
+	}
+	if m := (&History{}).LastVal(); m != nil {
+		t.Errorf("empty history: %+v", m)
+	}
+}
