@@ -1,9 +1,10 @@
 package forge
 
 import (
-	"github.com/forgeml/forge/forge/half"
 	"math"
 	"math/bits"
+
+	"github.com/forgeml/forge/forge/half"
 )
 
 // Generator is Forge's seeded random number generator. It runs on the host,

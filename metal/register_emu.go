@@ -1,10 +1,11 @@
 package metal
 
 import (
+	"os"
+
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
 	"github.com/forgeml/forge/metal/emu"
-	"os"
 )
 
 // "metal-emu" runs the embedded kernels on the CPU through the emulation

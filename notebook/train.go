@@ -3,13 +3,13 @@ package notebook
 import (
 	"context"
 	"fmt"
-	"github.com/forgeml/forge/forge/nn"
 	"html"
 	"os"
 	"os/signal"
 	"strings"
 	"time"
 
+	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/train"
 )
 

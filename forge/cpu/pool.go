@@ -30,13 +30,13 @@ package cpu
 
 import (
 	"math"
-
-	"github.com/forgeml/forge/forge/backend"
 	"os"
 	"runtime"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/forgeml/forge/forge/backend"
 )
 
 // poolMinElems is the smallest buffer the pool recycles; smaller ones are

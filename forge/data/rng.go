@@ -3,8 +3,9 @@ package data
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/forgeml/forge/forge"
 	"strconv"
+
+	"github.com/forgeml/forge/forge"
 )
 
 // The Loader's random numbers come from forge.Generator — xoshiro256**

@@ -5,13 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/forgeml/forge/internal/atomicfile"
 	"io"
 	"io/fs"
 	"math"
 	"os"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 // Token file layout (llm.c's data files, version 1).

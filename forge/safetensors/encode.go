@@ -5,13 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/forgeml/forge/internal/atomicfile"
 	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 // layout is a validated set of tensors in buffer order with the header that

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/forgeml/forge/internal/atomicfile"
 	"os"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 // Tokenizer is what the data pipeline, trainer and generator need.

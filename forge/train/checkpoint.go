@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/forgeml/forge/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/optim"
 	"github.com/forgeml/forge/forge/safetensors"
+	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 const (

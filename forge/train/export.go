@@ -3,7 +3,6 @@ package train
 import (
 	"errors"
 	"fmt"
-	"github.com/forgeml/forge/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/safetensors"
 	"github.com/forgeml/forge/forge/tokenizer"
+	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 // Export writes m in a layout Hugging Face transformers loads directly:

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/forgeml/forge/internal/atomicfile"
 	"io"
 	"math"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/tokenizer"
+	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 // Files of a run directory.
