@@ -124,7 +124,7 @@ func TestKill(t *testing.T) {
 				t.Errorf("trial %d (killed after %v): resuming: %v: %s", i, d, err, out)
 			}
 		}
-		t.Logf("%d trials, %d killed mid-run, %d of them inside a save; every run reopened and resumed", trials, killed, inSave)
+		t.Logf("%d trials, %d killed mid-run, %d of them inside a save or a prune; every run reopened and resumed", trials, killed, inSave)
 	})
 
 	t.Run("prepare", func(t *testing.T) {

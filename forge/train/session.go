@@ -420,7 +420,16 @@ func (s *Session) prune(latest string) {
 			}
 			continue
 		}
-		os.RemoveAll(filepath.Join(s.Dir, CheckpointDir, names[i]))
+		// Renamed out of the checkpoints first: a kill during RemoveAll
+		// must not leave a half-deleted step-N that looks like a damaged
+		// checkpoint. What a kill leaves under the new name is an
+		// orphan, removed at the next open.
+		dir := filepath.Join(s.Dir, CheckpointDir, names[i])
+		doomed := filepath.Join(s.Dir, CheckpointDir, ".tmp-pruned-"+names[i])
+		if err := os.Rename(dir, doomed); err != nil {
+			continue
+		}
+		os.RemoveAll(doomed)
 	}
 }
 
