@@ -15,6 +15,7 @@ import (
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/tokenizer"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/numfmt"
 	"github.com/forgeml/forge/internal/termplot"
 )
 
@@ -123,7 +124,7 @@ func cmdTrain(e *env, args []string) error {
 		verb = fmt.Sprintf("resuming at step %d,", s.Trainer.StepCount())
 	}
 	fmt.Fprintf(e.stderr, "%s %s (%s parameters) for %d steps in %s; Ctrl-C stops and saves\n",
-		verb, cfg.Name, nn.Thousands(nn.Count(s.Model)), n, dir)
+		verb, cfg.Name, numfmt.Thousands(nn.Count(s.Model)), n, dir)
 	ctx, stop := e.interruptContext()
 	defer stop()
 	p := newProgress(e.stderr, n, *quiet)
@@ -308,7 +309,7 @@ func cmdInfo(e *env, args []string) error {
 		m.Vocab, m.PaddedVocab(), m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.HeadDim(), m.FFNHidden)
 	total := m.Params()
 	emb := m.PaddedVocab() * m.Dim
-	fmt.Fprintf(e.stdout, "  parameters: %s (embedding %s, the rest %s)\n", nn.Thousands(total), nn.Thousands(emb), nn.Thousands(total-emb))
+	fmt.Fprintf(e.stdout, "  parameters: %s (embedding %s, the rest %s)\n", numfmt.Thousands(total), numfmt.Thousands(emb), numfmt.Thousands(total-emb))
 	fpt := m.FLOPsPerToken()
 	fmt.Fprintf(e.stdout, "  training FLOPs: %.1f M per token, %.2f G per step of %d tokens (batch %d × context %d × accumulation %d)\n",
 		float64(fpt)/1e6, float64(fpt)*float64(cfg.TokensPerStep())/1e9, cfg.TokensPerStep(), cfg.Batch, m.Context, cfg.GradAccum)

@@ -10,14 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/janpfeifer/gonb/gonbui"
-
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/tokenizer"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/numfmt"
+	"github.com/janpfeifer/gonb/gonbui"
 )
 
 // out receives the text forms outside a notebook.
@@ -335,10 +335,10 @@ func moduleHTML(title string, s nn.Summary) string {
 	b.WriteString("<table class=\"forge-table forge-params\"><tr><th class=\"l\">parameter</th><th class=\"l\">shape</th><th>count</th><th>share</th><th class=\"l\"></th></tr>")
 	for _, r := range s.Rows {
 		fmt.Fprintf(&b, "<tr><td class=\"l\">%s</td><td class=\"l\">%v</td><td>%s</td><td>%.1f%%</td><td class=\"l\"><div style=\"background:#4a7;height:8px;width:%.0fpx\"></div></td></tr>",
-			html.EscapeString(r.Name), r.Shape, nn.Thousands(r.Count), 100*r.Share, 1+120*r.Share)
+			html.EscapeString(r.Name), r.Shape, numfmt.Thousands(r.Count), 100*r.Share, 1+120*r.Share)
 	}
-	fmt.Fprintf(&b, "<tr><th class=\"l\">total</th><th></th><th>%s</th><th>100%%</th><th></th></tr></table>", nn.Thousands(s.Total))
-	return box(fmt.Sprintf("%s — %s parameters", title, nn.Thousands(s.Total)), b.String())
+	fmt.Fprintf(&b, "<tr><th class=\"l\">total</th><th></th><th>%s</th><th>100%%</th><th></th></tr></table>", numfmt.Thousands(s.Total))
+	return box(fmt.Sprintf("%s — %s parameters", title, numfmt.Thousands(s.Total)), b.String())
 }
 
 func moduleText(s nn.Summary) string { return s.String() }
@@ -400,7 +400,7 @@ func metricsTable(m train.Metrics, val *float64) string {
 	}
 	return fmt.Sprintf("<table class=\"forge-table forge-metrics\"><tr><th>step</th><th>loss</th><th>val_loss</th><th>lr</th><th>grad_norm</th><th>tokens/s</th><th>step ms</th><th>tokens</th></tr>"+
 		"<tr><td>%d</td><td class=\"forge-loss\">%s</td><td class=\"forge-val-loss\">%s</td><td>%.3g</td><td>%s</td><td>%s</td><td>%.1f</td><td>%s</td></tr></table>",
-		m.Step, num(m.Loss), v, m.LR, num(m.GradNorm), nn.Thousands(int(m.TokensPerSec)), m.StepMS, nn.Thousands(int(m.Tokens)))
+		m.Step, num(m.Loss), v, m.LR, num(m.GradNorm), numfmt.Thousands(int(m.TokensPerSec)), m.StepMS, numfmt.Thousands(int(m.Tokens)))
 }
 
 func historyText(h train.History) string {
@@ -412,7 +412,7 @@ func historyText(h train.History) string {
 	if v := lastVal(h); v != nil {
 		s += ", val_loss " + num(*v)
 	}
-	s += fmt.Sprintf(", lr %.3g, grad_norm %s, %s tokens/s", last.LR, num(last.GradNorm), nn.Thousands(int(last.TokensPerSec)))
+	s += fmt.Sprintf(", lr %.3g, grad_norm %s, %s tokens/s", last.LR, num(last.GradNorm), numfmt.Thousands(int(last.TokensPerSec)))
 	return s
 }
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/numfmt"
 )
 
 // now is the dashboard's clock (tests replace it).
@@ -100,7 +100,7 @@ func (d *dashboard) line(state string, err error) string {
 		if v := lastVal(h); v != nil {
 			s += " val_loss " + num(*v)
 		}
-		s += fmt.Sprintf(" lr %.3g grad_norm %s %s tok/s", m.LR, num(m.GradNorm), nn.Thousands(int(m.TokensPerSec)))
+		s += fmt.Sprintf(" lr %.3g grad_norm %s %s tok/s", m.LR, num(m.GradNorm), numfmt.Thousands(int(m.TokensPerSec)))
 	}
 	if state == "training" && eta > 0 {
 		s += " ETA " + eta.Round(time.Second).String()

@@ -16,6 +16,7 @@ import (
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/numfmt"
 )
 
 // command is one meta-command. Its args and doc drive :help, ?:name and
@@ -228,10 +229,10 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	w := s.stdout
 	fmt.Fprintf(w, "run       %s (config %s)\n", r.Dir, c.Name)
 	fmt.Fprintf(w, "model     %s parameters: vocab %d, context %d, d_model %d, %d layers, %d heads (%d kv), %s, %s\n",
-		nn.Thousands(nn.Count(r.Model)), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
+		numfmt.Thousands(nn.Count(r.Model)), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
 	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer.Kind(), r.Tokenizer.VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
-		nn.Thousands(r.TrainData.Tokens()), nn.Thousands(r.ValData.Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
+		numfmt.Thousands(r.TrainData.Tokens()), numfmt.Thousands(r.ValData.Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
 	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s)\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s))
 	// What the kernels run with: for the CPU the BLAS library, its kernels
 	// and who chose them.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/cli/browser"
 	"github.com/forgeml/forge/forge"
-	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/internal/atomicfile"
+	"github.com/forgeml/forge/internal/numfmt"
 	"github.com/guptarohit/asciigraph"
 )
 
@@ -43,7 +43,7 @@ func (s *Session) inspect(name string, t *forge.Tensor) {
 	if st.ParameterName != "" && st.ParameterName != name {
 		label += " (" + st.ParameterName + ")"
 	}
-	fmt.Fprintf(w, "%s: shape %v, %s elements, %v on %s%s\n", label, st.Shape, nn.Thousands(st.Count), st.DType, st.Device, flags)
+	fmt.Fprintf(w, "%s: shape %v, %s elements, %v on %s%s\n", label, st.Shape, numfmt.Thousands(st.Count), st.DType, st.Device, flags)
 	fmt.Fprintf(w, "  values  %s\n", statsLine(st))
 	if g := t.Grad(); g != nil {
 		gs := g.Stats()

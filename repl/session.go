@@ -12,6 +12,7 @@ import (
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/numfmt"
 )
 
 // Sentinel errors for control flow.
@@ -210,7 +211,7 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 		verb = "resumed"
 	}
 	fmt.Fprintf(s.stdout, "%s %s: %s, %s parameters, step %d of %d", verb, dir, r.Config.Name,
-		nn.Thousands(nn.Count(r.Model)), r.Trainer.StepCount(), r.Config.Steps)
+		numfmt.Thousands(nn.Count(r.Model)), r.Trainer.StepCount(), r.Config.Steps)
 	if h := r.Trainer.History.Steps; len(h) > 0 {
 		fmt.Fprintf(s.stdout, ", loss %.4f", h[len(h)-1].Loss)
 	}

@@ -31,10 +31,10 @@ package nn
 import (
 	"fmt"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/internal/numfmt"
 )
 
 // Param is one named parameter.
@@ -152,29 +152,10 @@ func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-*s  %-*s  %12s  %6s\n", wName, "parameter", wShape, "shape", "count", "share")
 	for i, r := range s.Rows {
-		fmt.Fprintf(&b, "%-*s  %-*s  %12s  %5.1f%%\n", wName, r.Name, wShape, shapes[i], Thousands(r.Count), 100*r.Share)
+		fmt.Fprintf(&b, "%-*s  %-*s  %12s  %5.1f%%\n", wName, r.Name, wShape, shapes[i], numfmt.Thousands(r.Count), 100*r.Share)
 	}
-	fmt.Fprintf(&b, "%-*s  %-*s  %12s\n", wName, "total", wShape, "", Thousands(s.Total))
+	fmt.Fprintf(&b, "%-*s  %-*s  %12s\n", wName, "total", wShape, "", numfmt.Thousands(s.Total))
 	return b.String()
-}
-
-// Thousands formats n with thin separators: 1234567 → "1,234,567".
-func Thousands(n int) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var parts []string
-	for len(s) > 3 {
-		parts = append(parts, s[len(s)-3:])
-		s = s[:len(s)-3]
-	}
-	parts = append(parts, s)
-	slices.Reverse(parts)
-	out := strings.Join(parts, ",")
-	if neg {
-		out = "-" + out
-	}
-	return out
 }
 
 // Sequence is an ordered list of modules named "0", "1", ….

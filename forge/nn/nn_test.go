@@ -123,7 +123,4 @@ func TestNamesAndMatch(t *testing.T) {
 	if Count(blocks) != 2*(8+3*8*8+8*8+8+8+32*8+8*32) {
 		t.Errorf("count %d", Count(blocks))
 	}
-	if Thousands(1234567) != "1,234,567" || Thousands(-1000) != "-1,000" || Thousands(12) != "12" {
-		t.Error("Thousands")
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/numfmt"
 )
 
 // StepOptions control BenchStep.
@@ -35,7 +36,7 @@ type StepResult struct {
 // String is a summary line and the %timeit line.
 func (s *StepResult) String() string {
 	return fmt.Sprintf("step %s: %s parameters, batch %d × context %d = %d tokens, %.2f GFLOP/step: %.0f tokens/s, %.1f GFLOP/s\n  %s",
-		s.Config, nn.Thousands(s.Params), s.Batch, s.Context, s.Tokens, s.FLOPs/1e9, s.TokensPerSec, s.GFLOPS,
+		s.Config, numfmt.Thousands(s.Params), s.Batch, s.Context, s.Tokens, s.FLOPs/1e9, s.TokensPerSec, s.GFLOPS,
 		strings.Replace(s.BenchResult.String(), "per loop", "per step", 1))
 }
 

@@ -23,7 +23,6 @@ func init() {
 		"ResidualStd":  reflect.ValueOf(nn.ResidualStd),
 		"Summarize":    reflect.ValueOf(nn.Summarize),
 		"Tensors":      reflect.ValueOf(nn.Tensors),
-		"Thousands":    reflect.ValueOf(nn.Thousands),
 
 		// type definitions
 		"Attention":       reflect.ValueOf((*nn.Attention)(nil)),

@@ -46,6 +46,7 @@ import (
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/internal/numfmt"
 	"github.com/forgeml/forge/tests/bench/peercore"
 )
 
@@ -178,7 +179,7 @@ func bench(name string) error {
 	fpt := float64(cfg.Model.FLOPsPerToken())
 	goMed := median(goMS)
 	fmt.Printf("%s: %s parameters, batch %d × context %d = %d tokens/step, %.2f GFLOP/step (%.2f MFLOP/token)\n", name,
-		nn.Thousands(nn.Count(m)), B, T, B*T, fpt*tokens/1e9, fpt/1e6)
+		numfmt.Thousands(nn.Count(m)), B, T, B*T, fpt*tokens/1e9, fpt/1e6)
 	fmt.Printf("  %-22s %-22s %9s %10s %9s %7s\n", "", "BLAS core", "ms/step", "tokens/s", "GFLOP/s", "MFU")
 	line := func(label, core string, ms float64) {
 		gflops := fpt * tokens / ms / 1e6
