@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -69,11 +70,7 @@ func cmdTrain(e *env, args []string) error {
 	dataFiles = append(dataFiles, pos...)
 	dir := *runDir
 	var cfgp *train.Config
-	exists := false
-	if dir != "" {
-		_, err := os.Stat(filepath.Join(dir, train.ConfigFile))
-		exists = err == nil
-	}
+	exists := dir != "" && train.Exists(dir)
 	configGiven := flagSet(fs, "config")
 	if !exists || configGiven {
 		cfg, err := train.LoadConfig(*config)
@@ -88,24 +85,20 @@ func cmdTrain(e *env, args []string) error {
 		}
 		if dir == "" {
 			dir = filepath.Join("runs", cfg.Name)
-			_, err := os.Stat(filepath.Join(dir, train.ConfigFile))
-			exists = err == nil
+			exists = train.Exists(dir)
 		}
 		if !exists || configGiven {
 			cfgp = &cfg
 		}
 	}
-	if exists && len(dataFiles) > 0 {
-		return usagef("%s already holds a run with its own data; choose a new --run directory to train on %s", dir, strings.Join(dataFiles, ", "))
-	}
-	opts := train.OpenOptions{Config: cfgp, Log: e.stderr}
-	if err := opts.UseData(dataFiles); err != nil {
-		return err
-	}
+	opts := train.OpenOptions{Config: cfgp, Log: e.stderr, Data: dataFiles}
 	if *quiet {
 		opts.Log = nil
 	}
 	s, err := train.Open(dir, opts)
+	if errors.Is(err, train.ErrRunHasData) {
+		return usageError{strings.TrimPrefix(err.Error(), "train: ")}
+	}
 	if err != nil {
 		return err
 	}

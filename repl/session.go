@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/forgeml/forge/forge"
@@ -167,16 +166,10 @@ func (s *Session) needRun() error {
 // built-in corpus) if dir holds no run yet. A directory of `forge prepare`
 // as the one data file is used as prepared token files.
 func (s *Session) Open(dir, config string, dataFiles []string) error {
-	exists := false
-	if _, err := os.Stat(filepath.Join(dir, train.ConfigFile)); err == nil {
-		exists = true
-	}
-	opts := train.OpenOptions{Log: s.opts.Log}
+	exists := train.Exists(dir)
+	opts := train.OpenOptions{Log: s.opts.Log, Data: dataFiles}
 	if opts.Log == nil {
 		opts.Log = s.stderr
-	}
-	if exists && len(dataFiles) > 0 {
-		return fmt.Errorf("%s already holds a run with its own data; choose a new directory to train on %s", dir, strings.Join(dataFiles, ", "))
 	}
 	if !exists || config != "" {
 		if config == "" {
@@ -187,9 +180,6 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 			return err
 		}
 		opts.Config = &cfg
-	}
-	if err := opts.UseData(dataFiles); err != nil {
-		return err
 	}
 	if s.run != nil && sameDir(s.run.Dir, dir) {
 		s.Close() // the run holds its directory's lock: reopening it needs it back

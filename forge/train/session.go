@@ -93,6 +93,20 @@ type OpenOptions struct {
 	// NoCache turns off the prepared-corpus cache under the user's cache
 	// directory (FORGE_CACHE_DIR overrides its location).
 	NoCache bool
+	// Data are text files, or one directory of `forge prepare`, to create
+	// the run on (see UseData); a run that exists keeps its own data, and
+	// Open refuses Data for it with an error wrapping ErrRunHasData.
+	Data []string
+}
+
+// ErrRunHasData is wrapped by Open's error when Data is given for a run
+// that already exists.
+var ErrRunHasData = errors.New("the run already has its data")
+
+// Exists reports whether dir holds a run (its config.json is there).
+func Exists(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, ConfigFile))
+	return err == nil
 }
 
 // Open creates the run directory dir, or resumes the run in it. The
@@ -104,6 +118,14 @@ func Open(dir string, opts OpenOptions) (*Session, error) {
 	s := &Session{Dir: dir, log: opts.Log}
 	if s.log == nil {
 		s.log = io.Discard
+	}
+	if len(opts.Data) > 0 {
+		if Exists(dir) {
+			return nil, fmt.Errorf("train: %s already holds a run with its own data (%w); choose a new directory to train on %s", dir, ErrRunHasData, strings.Join(opts.Data, ", "))
+		}
+		if err := opts.UseData(opts.Data); err != nil {
+			return nil, err
+		}
 	}
 	_, err := os.Stat(filepath.Join(dir, ConfigFile))
 	if errors.Is(err, os.ErrNotExist) {

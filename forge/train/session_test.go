@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -360,4 +361,32 @@ func TestReopenOnFullDisk(t *testing.T) {
 		t.Errorf("with space again: step %d, %d records", r.Trainer.StepCount(), len(r.Trainer.History.Steps))
 	}
 	r.Close()
+}
+
+// TestOpenData: Data creates a run on those texts; for a run that exists
+// it is refused (ErrRunHasData) before anything is touched.
+func TestOpenData(t *testing.T) {
+	cfg := testRunConfig()
+	root := t.TempDir()
+	text := filepath.Join(root, "a.txt")
+	os.WriteFile(text, []byte(data.Austen()[:60000]), 0o644)
+	dir := filepath.Join(root, "run")
+	if Exists(dir) {
+		t.Fatal("Exists before the run was made")
+	}
+	s, err := Open(dir, OpenOptions{Config: &cfg, Data: []string{text}, NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if !Exists(dir) {
+		t.Fatal("Exists after Open created the run")
+	}
+	src, _ := os.ReadFile(filepath.Join(dir, SourceFile))
+	if !strings.Contains(string(src), "a.txt") {
+		t.Errorf("source.json %s", src)
+	}
+	if _, err := Open(dir, OpenOptions{Data: []string{text}}); !errors.Is(err, ErrRunHasData) || !strings.Contains(err.Error(), "choose a new directory") {
+		t.Errorf("data for a run that exists: %v", err)
+	}
 }
