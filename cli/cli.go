@@ -17,7 +17,7 @@ import (
 	"github.com/forgeml/forge/forge"
 	// The devices FORGE_BACKEND can name besides cpu: metal (macOS on
 	// Apple silicon) and metal-emu (the Metal kernels on the CPU).
-	_ "github.com/forgeml/forge/metal"
+	_ "github.com/forgeml/forge/forge/backends" // cpu and metal
 )
 
 // Version is the tool's version.

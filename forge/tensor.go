@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/forgeml/forge/forge/backend"
-	_ "github.com/forgeml/forge/forge/cpu" // the CPU backend is always available
 )
 
 // DType is a tensor's element type.
@@ -88,6 +87,9 @@ func DefaultDevice() *Device {
 		name = "cpu"
 	}
 	d, err := OpenDevice(name)
+	if err != nil && len(backend.Names()) == 0 {
+		panic(&Error{Op: "device", Msg: `no backend is registered: import _ "github.com/forgeml/forge/forge/backends" (or a backend package such as forge/cpu) in your program`})
+	}
 	if err != nil {
 		panic(&Error{Op: "device", Msg: fmt.Sprintf("FORGE_BACKEND=%s: %v", name, err)})
 	}

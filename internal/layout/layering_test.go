@@ -1,0 +1,86 @@
+package layout
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/forgeml/forge/"
+
+// The layering of DESIGN.md: forge (the API and autograd) → forge/backend
+// (the interface) ← forge/cpu, metal (the implementations), which
+// register through forge/backends; nn, gpt, optim and train use only
+// forge's public API; the front ends import no backend package beyond the
+// registering one. forge/half (float16 and bfloat16 conversions) is a
+// leaf anyone may use.
+var (
+	// implementations are the backend packages and what only they use.
+	implementations = []string{"forge/cpu", "metal", "metal/*", "kernels", "forge/backends"}
+	layering        = []struct {
+		pkgs   []string // the packages the rule is about
+		forbid []string // module packages they may not import (patterns)
+		only   []string // if set: the only module packages they may import
+	}{
+		{pkgs: []string{"forge/backend"}, only: []string{"forge/half"}},
+		{pkgs: []string{"forge"}, only: []string{"forge/backend", "forge/half"}},
+		{pkgs: []string{"forge/cpu", "metal", "metal/*", "kernels"}, forbid: []string{"forge", "forge/nn", "forge/gpt", "forge/optim", "forge/train"}},
+		{pkgs: []string{"forge/nn", "forge/gpt", "forge/optim", "forge/train"}, forbid: append([]string{"forge/backend"}, implementations...)},
+		{pkgs: []string{"cli", "repl", "notebook"}, forbid: []string{"forge/backend", "forge/cpu", "metal", "metal/*", "kernels"}},
+	}
+)
+
+// TestLayering reads the module's import graph (go list; test files
+// aside) and fails on every import that breaks the layering above.
+func TestLayering(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	graph := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg, ok := strings.CutPrefix(f[0], module)
+		if !ok {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if rel, ok := strings.CutPrefix(imp, module); ok {
+				graph[pkg] = append(graph[pkg], rel)
+			}
+		}
+		if _, ok := graph[pkg]; !ok {
+			graph[pkg] = nil
+		}
+	}
+	if len(graph) < 20 {
+		t.Fatalf("go list found %d packages of the module", len(graph))
+	}
+	for _, r := range layering {
+		for pkg, imps := range graph {
+			if !matchAny(pkg, r.pkgs) {
+				continue
+			}
+			for _, imp := range imps {
+				if matchAny(imp, r.forbid) || r.only != nil && !matchAny(imp, r.only) {
+					t.Errorf("%s imports %s, which the layering forbids (DESIGN.md: forge → forge/backend ← cpu, metal; nn, gpt, optim, train use forge's public API; front ends register backends through forge/backends)", pkg, imp)
+				}
+			}
+		}
+	}
+}
+
+// matchAny reports whether pkg is one of patterns ("a/*" matches a's
+// subpackages).
+func matchAny(pkg string, patterns []string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool {
+		if prefix, ok := strings.CutSuffix(p, "/*"); ok {
+			return strings.HasPrefix(pkg, prefix+"/")
+		}
+		return pkg == p
+	})
+}
