@@ -37,18 +37,14 @@ func cmdProfile(s *Session, ctx context.Context, args []string) error {
 			return err
 		}
 		// One real step of the run, recorded and saved like :step's.
-		tr := s.run.Trainer
-		val := tr.Val
-		tr.Val = nil
-		defer func() { tr.Val = val }()
 		rec := profile.Start()
 		defer rec.Stop()
 		var m train.Metrics
-		if _, err := s.run.Train(ctx, 1, func(mm train.Metrics) error { m = mm; rec.Stop(); return nil }); err != nil {
+		if _, err := s.run.TrainWith(ctx, 1, train.RunOptions{NoEval: true}, func(mm train.Metrics) error { m = mm; rec.Stop(); return nil }); err != nil {
 			return err
 		}
 		p := rec.Stop()
-		s.savedStep = tr.StepCount()
+		s.savedStep = s.run.Trainer.StepCount()
 		if m.Step == 0 {
 			fmt.Fprintln(s.stdout, "interrupted before the step")
 			return nil

@@ -33,11 +33,7 @@ func cmdStep(s *Session, ctx context.Context, args []string) error {
 		}
 	}
 	// :step is for small moves: no validation pass (:eval computes one).
-	tr := s.run.Trainer
-	val := tr.Val
-	tr.Val = nil
-	defer func() { tr.Val = val }()
-	return s.train(ctx, n, nil)
+	return s.train(ctx, n, train.RunOptions{NoEval: true}, nil)
 }
 
 func cmdRun(s *Session, ctx context.Context, args []string) error {
@@ -55,7 +51,7 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 		if err != nil || n < 1 {
 			return usagef("want a number of steps >= 1 or 'until <condition>', got %q", args[0])
 		}
-		return s.train(ctx, n, nil)
+		return s.train(ctx, n, train.RunOptions{}, nil)
 	}
 	limit := 10000
 	cond := args[1:]
@@ -99,7 +95,7 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	if err := s.train(ctx, limit, check); err != nil {
+	if err := s.train(ctx, limit, train.RunOptions{}, check); err != nil {
 		return err
 	}
 	if met {
@@ -114,7 +110,7 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 // records every step and saves when it stops), drawing the live line and
 // printing a summary. stop, if set, sees each step and may end the run
 // with train.ErrStop.
-func (s *Session) train(ctx context.Context, n int, stop train.Callback) error {
+func (s *Session) train(ctx context.Context, n int, opts train.RunOptions, stop train.Callback) error {
 	r := s.run
 	first := r.Trainer.StepCount()
 	start := time.Now()
@@ -126,7 +122,7 @@ func (s *Session) train(ctx context.Context, n int, stop train.Callback) error {
 		}
 		return nil
 	}
-	done, err := r.Train(ctx, n, cb)
+	done, err := r.TrainWith(ctx, n, opts, cb)
 	live.finish()
 	if err != nil {
 		return err

@@ -583,8 +583,13 @@ func metricsBeyond(path string, n int) bool {
 // appending each record to metrics.jsonl, saving every Config.SaveEvery
 // steps and when it stops. It returns the number of steps done.
 func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error) {
+	return s.TrainWith(ctx, n, RunOptions{}, cbs...)
+}
+
+// TrainWith is Train with options (RunOptions).
+func (s *Session) TrainWith(ctx context.Context, n int, opts RunOptions, cbs ...Callback) (int, error) {
 	all := append([]Callback{s.record}, cbs...)
-	done, err := s.Trainer.Run(ctx, n, all...)
+	done, err := s.Trainer.RunWith(ctx, n, opts, all...)
 	// A diverged run keeps its last checkpoint: the steps since led there.
 	// Unless nothing happened since the last save: a step skipped for a
 	// non-finite gradient (float16's loss scaling) changes the state too.

@@ -374,6 +374,19 @@ var ErrStop = errors.New("train: stop")
 // steps done. After Config.MaxNonFinite steps in a row with a non-finite
 // loss or gradient norm it stops with an error wrapping ErrDiverged.
 func (t *Trainer) Run(ctx context.Context, n int, cbs ...Callback) (int, error) {
+	return t.RunWith(ctx, n, RunOptions{}, cbs...)
+}
+
+// RunOptions adjust one RunWith or Session.TrainWith call.
+type RunOptions struct {
+	// NoEval computes no validation loss in this call, whatever
+	// Config.EvalEvery says (small moves, such as the REPL's :step, and
+	// profiling a step; Eval computes one on demand).
+	NoEval bool
+}
+
+// RunWith is Run with options.
+func (t *Trainer) RunWith(ctx context.Context, n int, opts RunOptions, cbs ...Callback) (int, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -385,7 +398,7 @@ func (t *Trainer) Run(ctx context.Context, n int, cbs ...Callback) (int, error) 
 		if err := forge.Try(func() { m = t.Step() }); err != nil {
 			return i, err
 		}
-		if t.Val != nil && ((t.Config.EvalEvery > 0 && m.Step%t.Config.EvalEvery == 0) || (i == n-1 && t.Config.EvalEvery > 0)) {
+		if t.Val != nil && !opts.NoEval && ((t.Config.EvalEvery > 0 && m.Step%t.Config.EvalEvery == 0) || (i == n-1 && t.Config.EvalEvery > 0)) {
 			v, err := t.Eval()
 			if err != nil {
 				return i + 1, err

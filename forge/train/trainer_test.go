@@ -129,3 +129,26 @@ func TestHistoryLastVal(t *testing.T) {
 		t.Errorf("empty history: %+v", m)
 	}
 }
+
+// TestRunNoEval: RunOptions.NoEval computes no validation loss even where
+// EvalEvery asks for one; the plain Run does.
+func TestRunNoEval(t *testing.T) {
+	cfg := testRunConfig()
+	cfg.EvalEvery = 1
+	s := openTest(t, t.TempDir(), &cfg)
+	defer s.Close()
+	if _, err := s.TrainWith(context.Background(), 2, RunOptions{NoEval: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s.Trainer.History.Steps {
+		if m.ValLoss != nil {
+			t.Errorf("step %d has a validation loss with NoEval", m.Step)
+		}
+	}
+	if _, err := s.Train(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.Trainer.History.LastVal() == nil {
+		t.Error("no validation loss without NoEval")
+	}
+}

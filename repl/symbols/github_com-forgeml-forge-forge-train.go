@@ -54,6 +54,7 @@ func init() {
 		"Metrics":     reflect.ValueOf((*train.Metrics)(nil)),
 		"OpenOptions": reflect.ValueOf((*train.OpenOptions)(nil)),
 		"Problem":     reflect.ValueOf((*train.Problem)(nil)),
+		"RunOptions":  reflect.ValueOf((*train.RunOptions)(nil)),
 		"Session":     reflect.ValueOf((*train.Session)(nil)),
 		"Snapshot":    reflect.ValueOf((*train.Snapshot)(nil)),
 		"State":       reflect.ValueOf((*train.State)(nil)),
