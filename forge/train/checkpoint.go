@@ -1,11 +1,8 @@
 package train
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -183,12 +180,8 @@ func loadCheckpoint(dir string, m *gpt.Model, opt *optim.AdamW, st *State) error
 }
 
 func fileSHA256(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:]), nil
+	_, sum, err := data.FileDigest(path) // streamed: a checkpoint is not read whole for it
+	return sum, err
 }
 
 // writeJSON writes v as indented JSON, atomically.
