@@ -308,7 +308,7 @@ func cmdInfo(e *env, args []string) error {
 		float64(fpt)/1e6, float64(fpt)*float64(cfg.TokensPerStep())/1e9, cfg.TokensPerStep(), cfg.Batch, m.Context, cfg.GradAccum)
 	avail := "unknown here"
 	if n, ok := train.AvailableMemory(); ok {
-		avail = humanBytesCLI(n)
+		avail = numfmt.Bytes(float64(n))
 	}
 	fmt.Fprintf(e.stdout, "  memory to train: at least %s; available now %s\n", cfg.MemoryNeeded(), avail)
 	fmt.Fprintf(e.stdout, "  schedule: %s, lr %g, warmup %d, %d steps; AdamW β (%g, %g), weight decay %g, clip %g\n",
@@ -491,14 +491,3 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
-
-// humanBytesCLI prints a byte count in binary units.
-func humanBytesCLI(n int64) string {
-	v, units := float64(n), []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	i := 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
-}

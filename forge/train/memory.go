@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/forgeml/forge/internal/numfmt"
 )
 
 // Memory is a lower bound on what training a config holds at once, in
@@ -26,8 +28,8 @@ func (m Memory) Total() float64 { return m.Weights + m.Gradients + m.Optimizer +
 
 func (m Memory) String() string {
 	return fmt.Sprintf("%s (weights %s, gradients %s, AdamW moments %s, activations %s)",
-		humanFloatBytes(m.Total()), humanFloatBytes(m.Weights), humanFloatBytes(m.Gradients),
-		humanFloatBytes(m.Optimizer), humanFloatBytes(m.Activations))
+		numfmt.Bytes(m.Total()), numfmt.Bytes(m.Weights), numfmt.Bytes(m.Gradients),
+		numfmt.Bytes(m.Optimizer), numfmt.Bytes(m.Activations))
 }
 
 // MemoryNeeded estimates c's training memory (Memory), in float64 so that
@@ -73,7 +75,7 @@ func (c Config) CheckMemory() error {
 		what = "batch or context (the activations), or the model"
 	}
 	return fmt.Errorf("train: config %s needs at least %s to train, but %s of memory is available; shrink %s",
-		c.Name, need, humanFloatBytes(float64(avail)), what)
+		c.Name, need, numfmt.Bytes(float64(avail)), what)
 }
 
 // CheckWeightMemory is CheckMemory for loading the weights alone (eval,
@@ -84,7 +86,7 @@ func (c Config) CheckWeightMemory() error {
 	if !ok || need <= float64(avail) {
 		return nil
 	}
-	return fmt.Errorf("train: config %s has weights of %s, but %s of memory is available", c.Name, humanFloatBytes(need), humanFloatBytes(float64(avail)))
+	return fmt.Errorf("train: config %s has weights of %s, but %s of memory is available", c.Name, numfmt.Bytes(need), numfmt.Bytes(float64(avail)))
 }
 
 // AvailableMemory is the memory the system can give now without
@@ -120,19 +122,4 @@ func availableMemory() (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// humanFloatBytes prints a byte count in binary units (KiB, MiB, …), from
-// a float64 that may exceed int64.
-func humanFloatBytes(n float64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	i := 0
-	for n >= 1024 && i < len(units)-1 {
-		n /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%.0f B", n)
-	}
-	return fmt.Sprintf("%.1f %s", n, units[i])
 }

@@ -26,3 +26,18 @@ func Thousands(n int) string {
 	}
 	return out
 }
+
+// Bytes formats a byte count in binary units: 512 → "512 B", 1536 →
+// "1.5 KiB", on to EiB; a float64, so that estimates beyond int64 print.
+func Bytes(n float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	i := 0
+	for n >= 1024 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", n)
+	}
+	return fmt.Sprintf("%.1f %s", n, units[i])
+}
