@@ -9,7 +9,6 @@ import (
 
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/tokenizer"
-	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 // Problem is one thing Check found wrong with a run directory: what it
@@ -149,16 +148,8 @@ func Check(dir string) (CheckReport, error) {
 	r.Holder = lockHolderOf(dir)
 
 	// Leftovers of interrupted writes.
-	for _, sub := range []string{"", DataDir, CheckpointDir} {
-		d := filepath.Join(dir, sub)
-		ents, _ := os.ReadDir(d)
-		for _, e := range ents {
-			name := e.Name()
-			if atomicfile.IsTemp(name) || sub == CheckpointDir && e.IsDir() && strings.HasPrefix(name, ".tmp-") {
-				p := filepath.Join(d, name)
-				add("removed the next time the run is opened for writing", "%s (%s) is left from an interrupted write", p, humanBytes(int(treeSize(p))))
-			}
-		}
+	for _, p := range orphans(dir) {
+		add("removed the next time the run is opened for writing", "%s (%s) is left from an interrupted write", p, humanBytes(int(treeSize(p))))
 	}
 	return r, nil
 }

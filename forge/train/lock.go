@@ -49,10 +49,7 @@ func lockRun(dir string) (*runLock, error) {
 		return nil, fmt.Errorf("train: locking %s: %v", dir, err)
 	}
 	if err := tryLock(f); err != nil {
-		var h lockHolder
-		if b, rerr := io.ReadAll(io.LimitReader(f, 4096)); rerr == nil {
-			json.Unmarshal(b, &h)
-		}
+		h := readHolder(f)
 		f.Close()
 		if errors.Is(err, errLocked) {
 			return nil, fmt.Errorf("train: %s is open for writing by %s; wait for it to finish or stop it (reading with eval, generate, export or info needs no lock)", dir, h)
@@ -92,9 +89,15 @@ func lockHolderOf(dir string) string {
 	if err := tryLock(f); err == nil {
 		return "" // closing f releases it
 	}
+	return readHolder(f).String()
+}
+
+// readHolder reads the holder's record from an open lock file (zero if it
+// is empty or being written).
+func readHolder(f *os.File) lockHolder {
 	var h lockHolder
 	if b, err := io.ReadAll(io.LimitReader(f, 4096)); err == nil {
 		json.Unmarshal(b, &h)
 	}
-	return h.String()
+	return h
 }

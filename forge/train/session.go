@@ -394,27 +394,36 @@ func tokenFileErrorf(format string, a ...any) error { return tokenFileError{fmt.
 func (s *Session) removeOrphans() {
 	var n int
 	var bytes int64
-	for _, sub := range []string{"", DataDir, CheckpointDir} {
-		dir := filepath.Join(s.Dir, sub)
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			name := e.Name()
-			orphan := atomicfile.IsTemp(name) || sub == CheckpointDir && e.IsDir() && strings.HasPrefix(name, ".tmp-")
-			if !orphan {
-				continue
-			}
-			p := filepath.Join(dir, name)
-			size := treeSize(p)
-			if err := os.RemoveAll(p); err != nil {
-				fmt.Fprintf(s.log, "warning: could not remove %s, left by an interrupted write: %v\n", p, err)
-				continue
-			}
-			n, bytes = n+1, bytes+size
+	for _, p := range orphans(s.Dir) {
+		size := treeSize(p)
+		if err := os.RemoveAll(p); err != nil {
+			fmt.Fprintf(s.log, "warning: could not remove %s, left by an interrupted write: %v\n", p, err)
+			continue
 		}
+		n, bytes = n+1, bytes+size
 	}
 	if n > 0 {
 		fmt.Fprintf(s.log, "removed %d leftover(s) of interrupted writes in %s (%s)\n", n, s.Dir, humanBytes(int(bytes)))
 	}
+}
+
+// orphans lists what interrupted writes left in the run directory dir:
+// checkpoint directories never renamed into place or renamed out to be
+// pruned (checkpoints/.tmp-*), and atomicfile's temporary files in dir,
+// data/ and checkpoints/.
+func orphans(dir string) []string {
+	var out []string
+	for _, sub := range []string{"", DataDir, CheckpointDir} {
+		d := filepath.Join(dir, sub)
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			name := e.Name()
+			if atomicfile.IsTemp(name) || sub == CheckpointDir && e.IsDir() && strings.HasPrefix(name, ".tmp-") {
+				out = append(out, filepath.Join(d, name))
+			}
+		}
+	}
+	return out
 }
 
 // treeSize is the total size of the regular files under p.
