@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bytes"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -207,9 +208,9 @@ func TestKill(t *testing.T) {
 				got[f] = string(b)
 			}
 			switch {
-			case mapsEqual(got, older):
+			case maps.Equal(got, older):
 				asOld++
-			case mapsEqual(got, newer):
+			case maps.Equal(got, newer):
 				asNew++
 			default:
 				t.Errorf("trial %d: the export is neither the old one nor the new one whole", i)
@@ -217,16 +218,4 @@ func TestKill(t *testing.T) {
 		}
 		t.Logf("%d trials, %d killed mid-export: %d left the old export, %d the new one, %d one set aside (restored by the next export)", trials, killed, asOld, asNew, aside)
 	})
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
