@@ -457,35 +457,48 @@ func (t *Trainer) checkFinite(m Metrics) error {
 // nonFiniteGrads lists, in the model's order, the parameters whose
 // gradient holds a NaN or an infinity.
 func (t *Trainer) nonFiniteGrads() []string {
-	var out []string
-	for _, p := range t.Model.Params() {
-		g := p.Tensor.Grad()
-		if g == nil {
-			continue
-		}
-		if !allFinite(g) {
-			out = append(out, p.Name)
-		}
-	}
-	return out
+	return nonFinite(t.Model.Params(), (*forge.Tensor).Grad)
 }
 
 // NonFiniteParams lists, in the model's order, the parameters that hold a
 // NaN or an infinity: a checkpoint of such weights is refused.
 func NonFiniteParams(m *gpt.Model) []string {
-	var out []string
-	for _, p := range m.Params() {
-		if !allFinite(p.Tensor) {
-			out = append(out, p.Name)
-		}
-	}
-	return out
+	return nonFinite(m.Params(), func(x *forge.Tensor) *forge.Tensor { return x })
 }
 
-// allFinite reports whether x holds no NaN and no infinity: Σ 0·x is 0
-// exactly for finite values however large, and NaN if any is not.
-func allFinite(x *forge.Tensor) bool {
-	var z float64
-	forge.NoGrad(func() { z = x.MulScalar(0).Sum().Item() })
-	return z == 0
+// nonFinite lists the parameters whose tensor of(p) holds a NaN or an
+// infinity (nil tensors skipped). Σ 0·x is 0 exactly for finite values
+// however large, and NaN if any is not; the sums of all of them are added
+// on the device and read once, so the common case (all finite) costs one
+// read — one wait on Metal — and only a non-finite total reads each.
+func nonFinite(ps []nn.Param, of func(*forge.Tensor) *forge.Tensor) []string {
+	var xs []*forge.Tensor
+	var names []string
+	for _, p := range ps {
+		if x := of(p.Tensor); x != nil {
+			xs, names = append(xs, x), append(names, p.Name)
+		}
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	var out []string
+	forge.NoGrad(func() {
+		zs := make([]*forge.Tensor, len(xs))
+		total := xs[0].MulScalar(0).Sum()
+		zs[0] = total
+		for i, x := range xs[1:] {
+			zs[i+1] = x.MulScalar(0).Sum()
+			total = total.Add(zs[i+1])
+		}
+		if total.Item() == 0 {
+			return
+		}
+		for i, z := range zs {
+			if z.Item() != 0 {
+				out = append(out, names[i])
+			}
+		}
+	})
+	return out
 }

@@ -104,8 +104,12 @@ func TestDivergenceStops(t *testing.T) {
 	vals := p.Tensor.Float32s()
 	vals[0] = float32(math.NaN())
 	forge.NoGrad(func() { p.Tensor.CopyFrom(forge.FromSlice(vals, p.Tensor.Shape()...)) })
-	if bad := NonFiniteParams(s.Model); !slices.Contains(bad, p.Name) {
-		t.Fatalf("NonFiniteParams %v misses %s", bad, p.Name)
+	q := s.Model.Params()[2] // and an infinity in another
+	qv := q.Tensor.Float32s()
+	qv[0] = float32(math.Inf(1))
+	forge.NoGrad(func() { q.Tensor.CopyFrom(forge.FromSlice(qv, q.Tensor.Shape()...)) })
+	if bad := NonFiniteParams(s.Model); !slices.Contains(bad, p.Name) || !slices.Contains(bad, q.Name) {
+		t.Fatalf("NonFiniteParams %v misses %s or %s", bad, p.Name, q.Name)
 	}
 	if err := s.Save(); err == nil || !strings.Contains(err.Error(), "NaN or infinity") {
 		t.Errorf("saving non-finite weights: %v", err)
@@ -157,5 +161,27 @@ func TestRunNoEval(t *testing.T) {
 	}
 	if s.Trainer.History.LastVal() == nil {
 		t.Error("no validation loss without NoEval")
+	}
+}
+
+// TestNonFiniteParams: a fresh model has none; an infinity planted in one
+// parameter and a NaN in another are named, and no others.
+func TestNonFiniteParams(t *testing.T) {
+	cfg := testRunConfig()
+	m, err := gpt.New(cfg.Model, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := NonFiniteParams(m); bad != nil {
+		t.Fatalf("fresh model: %v", bad)
+	}
+	ps := m.Params()
+	for i, v := range map[int]float64{1: math.Inf(-1), 3: math.NaN()} {
+		vals := ps[i].Tensor.Float32s()
+		vals[len(vals)-1] = float32(v)
+		forge.NoGrad(func() { ps[i].Tensor.CopyFrom(forge.FromSlice(vals, ps[i].Tensor.Shape()...)) })
+	}
+	if bad := NonFiniteParams(m); !slices.Equal(bad, []string{ps[1].Name, ps[3].Name}) {
+		t.Errorf("got %v, want [%s %s]", bad, ps[1].Name, ps[3].Name)
 	}
 }
