@@ -44,7 +44,7 @@ func WithPhase(p Phase, fn func()) {
 }
 
 // KernelCall describes one kernel launch, as reported to a KernelObserver.
-// Duration is the wall time of the call, or on a backend.KernelTimer the
+// Duration is the wall time of the call, or on a device with its own clock the
 // device time of the kernels it ran.
 type KernelCall struct {
 	Kernel   string    // kernel name, e.g. "matmul", "unary.exp", "attention.backward"
@@ -66,7 +66,8 @@ var observer atomic.Pointer[KernelObserver]
 
 // SetKernelObserver installs obs (nil removes it) and returns the previous
 // observer. While an observer is installed, every kernel is timed (on the
-// CPU, wall time of the call; on a backend.KernelTimer such as Metal,
+// CPU, wall time of the call; on a device with its own clock (Metal:
+// Backend.TimeKernels),
 // device time, with each kernel submitted and waited for on its own, so
 // batching is off while profiling) and reported after it completes.
 func SetKernelObserver(obs KernelObserver) KernelObserver {
@@ -103,32 +104,19 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 		runtime.KeepAlive(fn)
 		return
 	}
-	var start time.Time
-	var dur time.Duration
-	if kt, ok := d.b.(backend.KernelTimer); ok {
-		// A GPU queues kernels: finish what is queued, then time this
-		// call's kernels on the device, one at a time.
-		d.b.Sync()
-		start = time.Now()
-		var timed bool
-		dur, timed = kt.TimeKernels(func() { fn(d.b) })
-		if !timed {
-			dur = time.Since(start)
-		}
-	} else {
-		start = time.Now()
-		fn(d.b)
+	// A GPU queues kernels: TimeKernels finishes what is queued, then
+	// times this call's kernels on the device, one at a time; a backend
+	// without a clock of its own runs them and reports no time, and the
+	// call's wall time is its time.
+	start := time.Now()
+	dur, timed := d.b.TimeKernels(func() { fn(d.b) })
+	if !timed {
 		dur = time.Since(start)
 	}
 	runtime.KeepAlive(fn)
 	// Asked after the call: a backend may pick the path per call (the
 	// CPU's matmul does, by shape).
-	variant := ""
-	if vn, ok := d.b.(backend.LastVariantNamer); ok {
-		variant = vn.LastVariant(k.name)
-	} else if vn, ok := d.b.(backend.VariantNamer); ok {
-		variant = vn.Variant(k.name)
-	}
+	variant := d.b.Variant(k.name)
 	(*obs)(KernelCall{
 		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
 		Phase: phase, FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,

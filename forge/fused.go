@@ -10,11 +10,15 @@ import (
 // (W_down · (silu(x·W_gate) ⊙ x·W_up)), as one fused kernel forward and one
 // backward: the same values as a.SiLU().Mul(b), without the intermediate
 // tensors and their passes over memory. a and b must have one shape (for
-// broadcasting, use the composition).
+// broadcasting, use the composition). On a device without the fused kernel
+// (backend.KernelSwiGLU) it is that composition.
 func SwiGLU(a, b *Tensor) *Tensor {
 	sameFloat("swiglu", a, b)
 	if !equalShape(a.shape, b.shape) {
 		panic(errorf("swiglu", "operands must have one shape, got %v and %v (use a.SiLU().Mul(b) to broadcast)", a.shape, b.shape))
+	}
+	if !a.dev.Supports(backend.KernelSwiGLU, a.dtype) {
+		return a.SiLU().Mul(b)
 	}
 	a, b = a.Contiguous(), b.Contiguous()
 	y := newTensor(a.dev, a.dtype, a.shape)
@@ -161,7 +165,7 @@ func (t *Tensor) MulScalarInPlace(s float64) *Tensor {
 // device that queues kernels (Metal) a whole training step — forward,
 // backward, clip, optimizer — is then one submission with one wait.
 //
-// The state of a clip is three numbers (backend.GradClipper): the norm
+// The state of a clip is three numbers (backend.KernelGradClip): the norm
 // √Σ‖g‖², the coefficient min(1, maxNorm/(norm + 1e-6)) (1 without
 // clipping) and a skip flag, set when the norm is not finite, which makes
 // every AdamWUpdateClipped of the clip a no-op. With a loss scale
@@ -185,7 +189,7 @@ type clipGroup struct {
 // NewGradClip starts global-norm clipping of grads (float tensors) to at
 // most maxNorm; maxNorm 0 computes the norm and the skip flag without
 // clipping. When the gradients share one device and dtype and the backend
-// implements backend.GradClipper, it only queues kernels — one SumSquares
+// runs backend.KernelGradClip, it only queues kernels — one SumSquares
 // per gradient into one buffer, then one GradClip that adds them in order
 // (deterministic) — and reads nothing back. Otherwise it computes the norm
 // on the host (SumSquaresOf, one read-back per device and dtype). No graph
@@ -219,15 +223,15 @@ func NewGradClipScaled(grads []*Tensor, maxNorm, lossScale float64) *GradClip {
 	}
 	if len(c.groups) == 1 {
 		gr := &c.groups[0]
-		if gc, ok := gr.dev.b.(backend.GradClipper); ok {
+		if gr.dev.Supports(backend.KernelGradClip, gr.dt) {
 			sums := newTensor(gr.dev, statDType(gr.dt), []int{len(grads)})
 			for j, g := range grads {
 				sumSquaresInto(sums, j, g.Contiguous())
 			}
-			gr.state = newTensor(gr.dev, gc.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
+			gr.state = newTensor(gr.dev, gr.dev.b.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
 			launch(gr.dev, kcall{name: op, dt: gr.dt, shapes: shapesOf(sums, gr.state), bytes: bytesOf(sums, gr.state), flops: int64(len(grads)) + 4},
 				func(be backend.Backend) {
-					be.(backend.GradClipper).GradClip(gr.state.bv(), sums.bv(), maxNorm, unscale)
+					be.GradClip(gr.state.bv(), sums.bv(), maxNorm, unscale)
 				})
 			return c
 		}
@@ -243,8 +247,8 @@ func NewGradClipScaled(grads []*Tensor, maxNorm, lossScale float64) *GradClip {
 	c.vals = &[backend.ClipStateLen]float64{backend.ClipNorm: norm, backend.ClipCoef: coef, backend.ClipSkip: skip}
 	for i := range c.groups {
 		gr := &c.groups[i]
-		if gc, ok := gr.dev.b.(backend.GradClipper); ok {
-			gr.state = newTensor(gr.dev, gc.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
+		if gr.dev.Supports(backend.KernelGradClip, gr.dt) {
+			gr.state = newTensor(gr.dev, gr.dev.b.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
 			if gr.state.dtype == Float64 {
 				gr.dev.b.Write(gr.state.buf, c.vals[:])
 			} else {
@@ -293,7 +297,7 @@ func (c *GradClip) Skipped() bool { return c.values()[backend.ClipSkip] != 0 }
 
 // AdamWUpdateClipped is AdamWUpdate with grad scaled by the clip's
 // coefficient, unless the clip skips the step (a non-finite norm), in
-// which case param, m and v are left unchanged. On a backend.GradClipper
+// which case param, m and v are left unchanged. On a backend.KernelGradClip
 // the scale is read on the device inside the one fused kernel (grad is
 // not written); elsewhere the clip's values are read back and the scaled
 // gradient is a temporary.
@@ -311,7 +315,7 @@ func AdamWUpdateClipped(param, grad, m, v *Tensor, c *GradClip, p AdamWParams) {
 		st := gr.state
 		launch(param.dev, kcall{name: "adamw_clipped", dt: param.dtype, shapes: shapesOf(param, g, m, v, st), bytes: bytesOf(param, g, m, v, param, m, v), flops: 15 * int64(param.Numel())},
 			func(be backend.Backend) {
-				be.(backend.GradClipper).AdamWClipped(param.bv(), g.bv(), m.bv(), v.bv(), st.bv(), p)
+				be.AdamWClipped(param.bv(), g.bv(), m.bv(), v.bv(), st.bv(), p)
 			})
 		return
 	}
@@ -326,25 +330,21 @@ func AdamWUpdateClipped(param, grad, m, v *Tensor, c *GradClip, p AdamWParams) {
 
 // Recycle returns the memory of tensors that are no longer reachable to the
 // device's pool now rather than at the next garbage collection
-// (backend.Recycler); a no-op where the device frees memory itself. A
+// (Backend.Recycle); a no-op where the device frees memory itself. A
 // trainer calls it after each step: on the CPU it saves the next step's
 // first allocations from fresh pages (a page fault each 4 KiB: on an
 // Intel Xeon, ~10k faults a small step became ~4.3k, and the tiny step
 // went from 108.8 to 101–104 ms; the small step's change was within the
 // noise).
 func (d *Device) Recycle() {
-	if r, ok := d.b.(backend.Recycler); ok {
-		r.Recycle()
-	}
+	d.b.Recycle()
 }
 
 // Flush submits the kernels queued on the device without waiting for them
-// (backend.Flusher): the device starts on them, and memory they release is
+// (Backend.Flush): the device starts on them, and memory they release is
 // recycled once they complete. A no-op on a device that runs kernels as
 // they are called (the CPU). A trainer flushes after each micro-batch of a
 // gradient-accumulation step.
 func (d *Device) Flush() {
-	if f, ok := d.b.(backend.Flusher); ok {
-		f.Flush()
-	}
+	d.b.Flush()
 }

@@ -99,7 +99,7 @@ func MatMulPair(t1, u1, t2, u2 *Tensor) (*Tensor, *Tensor) {
 }
 
 // matmulPair returns the two 2-D products a1 @ b1 and a2 @ b2, computed by
-// one kernel launch: a backend that implements backend.MatMulBatcher runs
+// one kernel launch: a backend that runs backend.KernelMatMulMany runs
 // them side by side (the two gradients of a product are independent and
 // have equal FLOPs), others one after the other.
 func matmulPair(a1, b1, a2, b2 *Tensor) (*Tensor, *Tensor) {
@@ -113,8 +113,8 @@ func matmulPair(a1, b1, a2, b2 *Tensor) (*Tensor, *Tensor) {
 		flops: f1 + f2, bytes: bytesOf(a1, b1, a2, b2, o1, o2),
 	}, func(be backend.Backend) {
 		ops := []backend.MatMulOp{{Dst: o1.bv(), A: a1.bv(), B: b1.bv()}, {Dst: o2.bv(), A: a2.bv(), B: b2.bv()}}
-		if mb, ok := be.(backend.MatMulBatcher); ok {
-			mb.MatMulMany(ops)
+		if o1.dev.Supports(backend.KernelMatMulMany, o1.dtype) {
+			be.MatMulMany(ops)
 			return
 		}
 		for _, op := range ops {

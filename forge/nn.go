@@ -246,8 +246,7 @@ func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
 	n := x.Numel() / max(t*d, 1)
 	// A backend with a strided RoPE reads a view whose rows are contiguous
 	// (q or k of a fused QKV projection) where it lies, without a copy.
-	_, strided := x.dev.b.(backend.StridedRoPE)
-	strided = strided && !x.IsContiguous() && (x.strides[x.Dim()-1] == 1 || d == 1)
+	strided := x.dev.Supports(backend.KernelRoPEStrided, x.dtype) && !x.IsContiguous() && (x.strides[x.Dim()-1] == 1 || d == 1)
 	xc := x
 	if !strided {
 		xc = x.Contiguous()
@@ -262,7 +261,7 @@ func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
 			func(be backend.Backend) {
 				yv := y.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), 0).bv()
 				if !src.IsContiguous() {
-					be.(backend.StridedRoPE).RoPEStrided(y.bv(), src.bv(), pos0, theta, inverse)
+					be.RoPEStrided(y.bv(), src.bv(), pos0, theta, inverse)
 					return
 				}
 				be.RoPE(yv, src.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), src.offset).bv(), pos0, theta, inverse)
@@ -313,7 +312,7 @@ func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 	// (B, Tq, H, D), so that out.Transpose(1, 2) — how attention's output
 	// is usually consumed — is contiguous; its gradient then arrives
 	// row-strided too.
-	_, strided := q.dev.b.(backend.RowStridedAttention)
+	strided := q.dev.Supports(backend.KernelAttentionRowStrided, q.dtype)
 	operand := func(x *Tensor) *Tensor {
 		if strided && rowStrided(x) {
 			return x

@@ -26,6 +26,7 @@ const (
 type Device struct {
 	name string
 	b    backend.Backend
+	caps backend.Capabilities // read once, when the device opens
 }
 
 // Name returns the backend's registry name ("cpu", "metal", …).
@@ -38,11 +39,44 @@ func (d *Device) Backend() backend.Backend { return d.b }
 // CPU: the BLAS library, its kernels and who chose them, or the Go kernel),
 // or just its name if the backend does not say more.
 func (d *Device) Describe() string {
-	if ds, ok := d.b.(backend.Describer); ok {
-		return d.name + ": " + ds.Describe()
+	if s := d.b.Describe(); s != "" {
+		return d.name + ": " + s
 	}
 	return d.name
 }
+
+// Variant names the code path of kernel where the device has several (the
+// CPU's matmul: "openblas-SkylakeX", "go-avx512", …): the path its last
+// call took, or before any call the one a large call takes; "" where the
+// device has one path.
+func (d *Device) Variant(kernel string) string { return d.b.Variant(kernel) }
+
+// Supports reports whether the device runs kernel (a backend.Kernel…
+// name, such as backend.KernelMatMul) on dtype dt. Forge composes the
+// optional kernels (backend.OptionalKernels) a device does not run from
+// the ones it does.
+func (d *Device) Supports(kernel string, dt DType) bool { return d.caps.Has(kernel, dt) }
+
+// computeKernels are the kernels a model runs in its compute dtype.
+var computeKernels = []string{backend.KernelUnary, backend.KernelBinary, backend.KernelReduce,
+	backend.KernelMatMul, backend.KernelSoftmax, backend.KernelRMSNorm, backend.KernelLayerNorm,
+	backend.KernelAttention, backend.KernelCrossEntropy}
+
+// CanCompute returns nil if the device runs the kernels of a model's
+// forward and backward (products, elementwise ops, norms, attention,
+// cross-entropy) on dtype dt, else an error naming the first it does not.
+func (d *Device) CanCompute(dt DType) error {
+	for _, k := range computeKernels {
+		if !d.caps.Has(k, dt) {
+			return fmt.Errorf("the %s device cannot compute in %v (it has no %v %s kernel; it computes %s in %v)", d.name, dt, dt, k, k, d.caps[k])
+		}
+	}
+	return nil
+}
+
+// Capabilities returns the device's kernel table: the kernels it runs and
+// on which dtypes (a copy).
+func (d *Device) Capabilities() backend.Capabilities { return d.caps.Without() }
 
 // String returns the device name.
 func (d *Device) String() string { return d.name }
@@ -67,7 +101,7 @@ func OpenDevice(name string) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forge: %w", err)
 	}
-	d := &Device{name: name, b: b}
+	d := &Device{name: name, b: b, caps: b.Capabilities()}
 	devices[name] = d
 	return d, nil
 }

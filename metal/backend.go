@@ -17,12 +17,12 @@
 // used by a command buffer that has not completed (then it is a Sync);
 // reading a buffer no queued kernel touches needs no wait.
 //
-// Flush (backend.Flusher) commits the current command buffer without
+// Flush (Backend.Flush) commits the current command buffer without
 // waiting: the trainer calls it between the micro-batches of a
 // gradient-accumulation step, so the GPU starts on one while the next is
 // encoded and its memory is recycled as soon as it completes; the step
 // still waits once. With global-norm clipping computed on the device
-// (backend.GradClipper, ops_optim.go), a training step needs no other
+// (backend.KernelGradClip, ops_optim.go), a training step needs no other
 // submission: one command buffer (per micro-batch) and one wait at the
 // loss read.
 //

@@ -10,7 +10,7 @@ package metal
 // blocks of every query head of its kv group, so no atomics and a fixed
 // order: deterministic).
 //
-// q, k, v, out and dout may be row-strided (backend.RowStridedAttention):
+// q, k, v, out and dout may be row-strided (backend.KernelAttentionRowStrided):
 // stride 1 on D, any non-negative strides on B, H and T. lse, dq, dk and dv
 // are contiguous.
 //
@@ -163,11 +163,6 @@ type attnParams struct {
 type attnDims struct {
 	B, H, Hkv, G, Tq, Tk, D int
 }
-
-// RowStridedAttention marks that Attention and AttentionBackward take q,
-// k, v, out and dout with contiguous rows and any non-negative strides on
-// their other axes (backend.RowStridedAttention).
-func (b *Backend) RowStridedAttention() {}
 
 // attnCheck validates the shapes of q, k, v and returns the sizes.
 func attnCheck(op string, q, k, v backend.View) attnDims {

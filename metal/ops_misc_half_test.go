@@ -374,7 +374,7 @@ func TestMiscHalfRoPE(t *testing.T) {
 			y16, y32 := e.newPair16(dt, contig(xs.shape...), mhFill(7))
 			e.dev.RoPEStrided(y16.dev, x16.dev, pos0, 10000, inverse)
 			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.(backend.StridedRoPE).RoPEStrided(v(y32), v(x32), pos0, 10000, inverse)
+				be.RoPEStrided(v(y32), v(x32), pos0, 10000, inverse)
 			})
 			w.add(e.check16(fmt.Sprintf("rope strided %v %s inverse %v", dt, what, inverse), y16, y32, tolOps))
 		}

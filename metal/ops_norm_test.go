@@ -253,7 +253,6 @@ func manyDimsRows(d int) vspec {
 
 func TestOpsRoPEStrided(t *testing.T) {
 	e := newOpsEnv(t)
-	var _ backend.StridedRoPE = e.dev
 	worst := 0.0
 	for _, c := range [][4]int{{2, 5, 3, 8}, {1, 17, 4, 64}, {3, 1, 2, 2}} {
 		for which := 0; which < 2; which++ {
@@ -266,7 +265,7 @@ func TestOpsRoPEStrided(t *testing.T) {
 			for _, inverse := range []bool{false, true} {
 				y := e.newPair(backend.Float32, contig(hv.shape...), func(int) float64 { return 7 })
 				e.both(func(be backend.Backend, v func(pair) backend.View) {
-					be.(backend.StridedRoPE).RoPEStrided(v(y), v(xv), 2, 10000, inverse)
+					be.RoPEStrided(v(y), v(xv), 2, 10000, inverse)
 				})
 				worst = max(worst, e.compare(fmt.Sprintf("rope strided %v which %d inverse %v", c, which, inverse), y, opsTol))
 			}
@@ -278,13 +277,13 @@ func TestOpsRoPEStrided(t *testing.T) {
 	x := e.newPair(backend.Float32, md, e.normal)
 	y := e.newPair(backend.Float32, contig(md.shape...), func(int) float64 { return 7 })
 	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.(backend.StridedRoPE).RoPEStrided(v(y), v(x), 4, 10000, false)
+		be.RoPEStrided(v(y), v(x), 4, 10000, false)
 	})
 	worst = max(worst, e.compare("rope strided many dims", y, opsTol))
 	x2 := e.newPair(backend.Float32, vspec{shape: []int{5, 6}, strides: []int{10, 1}, off: 1}, e.normal)
 	y2 := e.newPair(backend.Float32, contig(5, 6), func(int) float64 { return 7 })
 	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.(backend.StridedRoPE).RoPEStrided(v(y2), v(x2), 0, 10000, true)
+		be.RoPEStrided(v(y2), v(x2), 0, 10000, true)
 	})
 	worst = max(worst, e.compare("rope strided rank 2", y2, opsTol))
 	t.Logf("rope strided maxdiff %.2e", worst)

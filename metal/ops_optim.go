@@ -1,7 +1,7 @@
 package metal
 
 // Global-norm gradient clipping on the device (kernels/optim.metal): the
-// backend.GradClipper that lets a training step queue clip and AdamW
+// backend.KernelGradClip that lets a training step queue clip and AdamW
 // without reading the norm back, and Flush.
 
 import (
@@ -65,7 +65,7 @@ func (b *Backend) AdamWClipped(param, grad, m, v, state backend.View, p backend.
 }
 
 // Flush commits the current command buffer without waiting for it
-// (backend.Flusher): the device starts on the work queued so far.
+// (Backend.Flush): the device starts on the work queued so far.
 func (b *Backend) Flush() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -1,6 +1,6 @@
 package metal
 
-// RoPE and RoPEStrided (backend.StridedRoPE) (kernels/rope.metal). The
+// RoPE and RoPEStrided (backend.KernelRoPEStrided) (kernels/rope.metal). The
 // cos/sin tables are computed on the host in float64, exactly as the CPU
 // backend computes its angles, rounded to float32 and kept per backend: a
 // table per (D, θ) covering positions 0 … P−1 (or a far range of its own,
@@ -160,8 +160,6 @@ func (b *Backend) RoPEStrided(y, x backend.View, pos0 int, theta float64, invers
 	}
 	b.rope(y, x, pos0, theta, inverse)
 }
-
-var _ backend.StridedRoPE = (*Backend)(nil)
 
 func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool) {
 	dt := floatDType(kRoPE, y, x)

@@ -226,7 +226,7 @@ func cbError(sub submitted, err error) error {
 // command buffer of its own and is waited for. It returns the device time
 // (GPUStartTime to GPUEndTime) of the dispatches launch made, summed; ok is
 // true (a launch that dispatched nothing took no device time).
-// It implements backend.KernelTimer.
+// It is Backend.TimeKernels.
 func (b *Backend) TimeKernels(launch func()) (d time.Duration, ok bool) {
 	s := &b.stream
 	b.Sync()

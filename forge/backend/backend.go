@@ -34,10 +34,15 @@
 //     dtype and dst is that or Float32. Every other kernel takes views of
 //     one dtype.
 //
-// A backend may leave kernels unimplemented by embedding Unimplemented; the
-// conformance suite (forge/forgetest) reports such kernels by name and
-// nothing silently falls back to a slower path.
+// A backend embeds Unimplemented, whose kernel methods panic with
+// ErrNotImplemented and whose services have do-nothing defaults, and
+// returns its Capabilities: the kernels it runs and their dtypes. For an
+// optional kernel it does not list, forge composes the op from required
+// kernels; a required kernel it lacks is reported by name by the
+// conformance suite (forge/forgetest), never replaced silently.
 package backend
+
+//go:generate go run ./internal/genunimpl
 
 import (
 	"fmt"
@@ -382,17 +387,6 @@ type Backend interface {
 	// backward never waits for it); a nil Buf means 1.
 	CrossEntropyBackward(dlogits, logits, lse, targets, g View, ignore int, scale float64)
 
-	// SwiGLU writes y = silu(a)·b = a·sigmoid(a)·b (the gated unit of a
-	// SwiGLU MLP); y, a, b have one shape and are contiguous. The result
-	// is the unfused composition's: silu(a) rounded to the dtype (float32
-	// for 16-bit views), then multiplied by b.
-	SwiGLU(y, a, b View)
-	// SwiGLUBackward writes da = g·b·silu'(a) and db = g·silu(a) (both
-	// overwritten) from the forward's inputs and the upstream g; all one
-	// shape, contiguous. Results are the unfused composition's: g·b and
-	// silu(a) rounded to the dtype (float32 for 16-bit views) first.
-	SwiGLUBackward(da, db, a, b, g View)
-
 	// SumSquares writes Σ src² over every element of src (contiguous) into
 	// dst, a one-element view of src's dtype (Float32 for a 16-bit src) at
 	// any offset into a larger buffer, so the sums of many tensors can
@@ -405,6 +399,114 @@ type Backend interface {
 	// so deterministic; the CPU computes each element in float64 and rounds
 	// each stored value once.
 	AdamW(param, grad, m, v View, p AdamWParams)
+
+	// Optional kernels. Package forge asks a backend for one only where
+	// its Capabilities lists it (under the Kernel constant named below);
+	// otherwise forge composes it from the kernels above. A backend
+	// without one embeds Unimplemented, which provides the method.
+
+	// SwiGLU (KernelSwiGLU) writes y = silu(a)·b = a·sigmoid(a)·b (the gated unit of a
+	// SwiGLU MLP); y, a, b have one shape and are contiguous. The result
+	// is the unfused composition's: silu(a) rounded to the dtype (float32
+	// for 16-bit views), then multiplied by b.
+	SwiGLU(y, a, b View)
+	// SwiGLUBackward writes da = g·b·silu'(a) and db = g·silu(a) (both
+	// overwritten) from the forward's inputs and the upstream g; all one
+	// shape, contiguous. Results are the unfused composition's: g·b and
+	// silu(a) rounded to the dtype (float32 for 16-bit views) first.
+	SwiGLUBackward(da, db, a, b, g View)
+
+	// MatMulMany (KernelMatMulMany) runs several independent products at
+	// once (for example the two gradients of a product in the backward
+	// pass, each on its own worker, rather than each split across the
+	// workers in turn). The products must not write memory another of
+	// them reads or writes. The results are those of calling MatMul on
+	// each op in turn, bit for bit.
+	MatMulMany(ops []MatMulOp)
+
+	// RoPEStrided (KernelRoPEStrided) is RoPE for an x (…, T, D) of any
+	// rank ≥ 2 whose last axis is contiguous (stride 1) and whose other
+	// axes have any strides (a head of a fused QKV projection, seen
+	// through a permutation); y is contiguous of x's shape. It spares the
+	// copy that would make x contiguous first.
+	RoPEStrided(y, x View, pos0 int, theta float64, inverse bool)
+
+	// KernelGradClip: global-norm gradient clipping computed on the device
+	// and folded into the AdamW update, so that a training step queues its
+	// optimizer update without reading the norm back first (on a GPU: one
+	// submission and one wait per step). The two passes are
+	// deterministic: SumSquares writes the sum of squares of each gradient
+	// into one buffer, GradClip adds them in index order.
+
+	// ClipStateDType is the dtype of the clip state for gradients (and
+	// sums) of dtype dt: the backend's widest float. The CPU keeps it in
+	// Float64, so its coefficient is exactly the float64 a host-side clip
+	// computes; Metal, which has no float64, in Float32.
+	ClipStateDType(dt DType) DType
+	// GradClip adds the n sums of squares in sums (contiguous, the
+	// gradients' dtype, Float32 for 16-bit gradients) in index order, in
+	// ClipStateDType or wider, and writes the ClipStateLen elements of
+	// state (contiguous, ClipStateDType), for gradients that must first be
+	// multiplied by unscale (1/loss scale, a power of two; 1 without loss
+	// scaling):
+	//
+	//	state[ClipNorm] = norm = √Σ sums · unscale
+	//	state[ClipCoef] = unscale·c with c, skip = ClipFactor(norm, maxNorm)
+	//	state[ClipSkip] = skip: 1 when the norm is NaN or ±Inf, else 0
+	//
+	// maxNorm is ≥ 0 and finite; unscale is > 0 and finite.
+	GradClip(state, sums View, maxNorm, unscale float64)
+	// AdamWClipped is AdamW with the gradient scaled by a GradClip state:
+	// each element reads g = grad·state[ClipCoef], rounded to grad's dtype
+	// (what scaling the gradient in place first would store; g itself when
+	// the coefficient is 1), then updates param, m and v as AdamW does.
+	// When state[ClipSkip] is not 0 it writes nothing. grad is never
+	// written.
+	AdamWClipped(param, grad, m, v, state View, p AdamWParams)
+
+	// Capabilities is the backend's kernel table: which kernels it runs,
+	// on which dtypes. Package forge reads it once, when it opens the
+	// device.
+	Capabilities() Capabilities
+
+	// Services, each with a default in Unimplemented (defaults.go).
+
+	// Flush submits the kernels queued so far for execution without
+	// waiting for them (on Metal, one command buffer), so the device
+	// starts on them and the memory they release can be recycled as soon
+	// as they complete. A trainer calls it between the micro-batches of a
+	// gradient-accumulation step. Default: nothing (a backend that runs
+	// kernels as they are called).
+	Flush()
+	// Recycle returns to the backend's pool, now, the buffers of tensors
+	// already dropped, where buffers return only when the garbage
+	// collector finds them dead (the CPU), so that the next allocations
+	// find them. A trainer calls it between steps, when a step's
+	// activations and gradients have all died. Default: nothing.
+	Recycle()
+	// Describe says in one line the choices made at start-up that the
+	// backend's performance depends on (which BLAS library and kernels,
+	// which GPU), for the front ends to print wherever they show
+	// performance — `forge info`, `:info`, benchmarks, profiles.
+	// Default: "".
+	Describe() string
+	// Variant names the code path of kernel where the backend has several
+	// (the CPU's matmul: OpenBLAS or a Go kernel, picked per call by
+	// shape): the path its last call took, or before any call the one a
+	// large call takes. The profiler asks it right after each call.
+	// Default: "".
+	Variant(kernel string) string
+	// TimeKernels runs launch, which makes one kernel call (it may run
+	// several device kernels), with per-kernel timing on, on a device that
+	// runs kernels asynchronously with its own clock (Metal), where the
+	// host's wall time of a call measures only its encoding: work queued
+	// before is finished first and not counted, and each kernel launch
+	// runs is submitted on its own and waited for. It returns the device
+	// time of the kernels launch ran, summed. If ok is false the device
+	// did not time them and the caller measures wall time instead. The
+	// dispatch point of package forge uses it while a kernel observer is
+	// installed. Default: runs launch and returns ok = false.
+	TimeKernels(launch func()) (d time.Duration, ok bool)
 }
 
 // MatMulOp is one product of a MatMulMany call: Dst = A @ B (Dst += A @ B
@@ -412,36 +514,6 @@ type Backend interface {
 type MatMulOp struct {
 	Dst, A, B  View
 	Accumulate bool
-}
-
-// MatMulBatcher is implemented by backends that can run several
-// independent products at once (for example the two gradients of a
-// product in the backward pass, each on its own worker, rather than each
-// split across the workers in turn). The products must not write memory
-// another of them reads or writes. The results are those of calling
-// MatMul on each op in turn, bit for bit.
-type MatMulBatcher interface {
-	MatMulMany(ops []MatMulOp)
-}
-
-// StridedRoPE is implemented by backends whose RoPE can read a strided x:
-// RoPEStrided is Backend.RoPE for an x (…, T, D) of any rank ≥ 2 whose
-// last axis is contiguous (stride 1) and whose other axes have any
-// strides (a head of a fused QKV projection, seen through a permutation);
-// y is contiguous of x's shape. It spares the copy that would make x
-// contiguous first.
-type StridedRoPE interface {
-	RoPEStrided(y, x View, pos0 int, theta float64, inverse bool)
-}
-
-// RowStridedAttention is implemented by backends whose Attention and
-// AttentionBackward accept q, k, v, out and dout that are not contiguous
-// but have contiguous rows: (B, H, T, D) views with stride 1 on D and any
-// non-negative strides on B, H and T (heads of a fused QKV projection, or
-// an output laid out as (B, T, H, D)). lse, dq, dk and dv stay contiguous.
-// It spares the copies that would make those operands contiguous.
-type RowStridedAttention interface {
-	RowStridedAttention()
 }
 
 // ClipEps is added to the global gradient norm before dividing by it (as
@@ -470,97 +542,6 @@ const (
 	ClipSkip     = 2 // 1 when the norm is not finite (no update), else 0
 	ClipStateLen = 3
 )
-
-// GradClipper is implemented by backends that compute global-norm gradient
-// clipping on the device and fold its scale into the AdamW update, so that
-// a training step queues its optimizer update without reading the norm
-// back first (on a GPU: one submission and one wait per step). The forge
-// package uses it when the backend implements it (forge.NewGradClip,
-// forge.AdamWUpdateClipped) and computes the state on the host otherwise.
-//
-// The two passes are deterministic: SumSquares writes the sum of squares
-// of each gradient into one buffer, GradClip adds them in index order.
-type GradClipper interface {
-	// ClipStateDType is the dtype of the clip state for gradients (and
-	// sums) of dtype dt: the backend's widest float. The CPU keeps it in
-	// Float64, so its coefficient is exactly the float64 a host-side
-	// clip computes; Metal, which has no float64, in Float32.
-	ClipStateDType(dt DType) DType
-	// GradClip adds the n sums of squares in sums (contiguous, the
-	// gradients' dtype, Float32 for 16-bit gradients) in index order, in ClipStateDType or wider, and
-	// writes the ClipStateLen elements of state (contiguous,
-	// ClipStateDType), for gradients that must first be multiplied by
-	// unscale (1/loss scale, a power of two; 1 without loss scaling):
-	//
-	//	state[ClipNorm] = norm = √Σ sums · unscale
-	//	state[ClipCoef] = unscale·c with c, skip = ClipFactor(norm, maxNorm)
-	//	state[ClipSkip] = skip: 1 when the norm is NaN or ±Inf, else 0
-	//
-	// maxNorm is ≥ 0 and finite; unscale is > 0 and finite.
-	GradClip(state, sums View, maxNorm, unscale float64)
-	// AdamWClipped is AdamW with the gradient scaled by a GradClip state:
-	// each element reads g = grad·state[ClipCoef], rounded to grad's dtype
-	// (what scaling the gradient in place first would store; g itself when
-	// the coefficient is 1), then updates param, m and v as AdamW does.
-	// When state[ClipSkip] is not 0 it writes nothing. grad is never
-	// written.
-	AdamWClipped(param, grad, m, v, state View, p AdamWParams)
-}
-
-// Flusher is implemented by backends that queue kernels (Metal): Flush
-// submits the kernels queued so far for execution without waiting for
-// them (one command buffer), so the device starts on them and the memory
-// they release can be recycled as soon as they complete. A trainer calls
-// it between the micro-batches of a gradient-accumulation step.
-type Flusher interface {
-	Flush()
-}
-
-// Recycler is implemented by backends whose buffers return to a pool only
-// when the garbage collector finds them dead (the CPU): Recycle collects
-// now, so that the buffers of tensors already dropped are back in the pool
-// before the next allocations ask for them. A trainer calls it between
-// steps, when a step's activations and gradients have all died.
-type Recycler interface {
-	Recycle()
-}
-
-// VariantNamer is implemented by backends whose kernels have several code
-// paths (e.g. BLAS or pure-Go matmul); the profiler records the path.
-type VariantNamer interface {
-	Variant(kernel string) string
-}
-
-// LastVariantNamer is implemented by backends that pick a kernel's path
-// per call (the CPU's matmul does, by shape): LastVariant names the path
-// the last call of kernel took. The profiler asks it right after a call.
-type LastVariantNamer interface {
-	LastVariant(kernel string) string
-}
-
-// Describer is implemented by backends whose performance depends on
-// choices made at start-up (which BLAS library and kernels, which GPU):
-// Describe says them in one line, for the front ends to print wherever
-// they show performance — `forge info`, `:info`, benchmarks, profiles.
-type Describer interface {
-	Describe() string
-}
-
-// KernelTimer is implemented by backends that run kernels asynchronously
-// on a device with its own clock (Metal), where the host's wall time of a
-// kernel call measures only its encoding. The dispatch point of package
-// forge uses it while a KernelObserver is installed: per-kernel timing is
-// on exactly for the duration of each observed launch, and off (kernels
-// batched, nothing waited for) otherwise.
-type KernelTimer interface {
-	// TimeKernels runs launch, which makes one kernel call (it may run
-	// several device kernels), with per-kernel timing on: work queued
-	// before is finished first and not counted, and each kernel launch
-	// runs is submitted on its own and waited for. It returns the device
-	// time of the kernels launch ran, summed. If ok is false the device
-	// could not time them and the caller measures wall time instead.
-	TimeKernels(launch func()) (d time.Duration, ok bool)
-}
 
 // ErrNotImplemented is the panic value of an unimplemented kernel.
 type ErrNotImplemented struct {

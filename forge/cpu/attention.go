@@ -158,10 +158,9 @@ func (b *Backend) Attention(out, lse, q, k, v backend.View, p backend.AttentionP
 	}
 }
 
-// RowStridedAttention marks that Attention and AttentionBackward take q,
-// k, v, out and dout with contiguous rows and any other strides
-// (backend.RowStridedAttention).
-func (b *Backend) RowStridedAttention() {}
+// Attention and AttentionBackward take q, k, v, out and dout with
+// contiguous rows and any other strides.
+var _ = declare(backend.KernelAttentionRowStrided, computed)
 
 // AttentionBackward writes dq, dk, dv (overwriting them) from the forward's
 // inputs, its output and lse, and the upstream gradient dout.

@@ -173,33 +173,30 @@ func initBLAS() {
 	})
 }
 
-// Variant names the code path a kernel runs: for "matmul", the BLAS library
-// ("openblas-SkylakeX" — OpenBLAS and the kernels it runs —, "accelerate",
-// "blas") or the pure-Go kernel ("go", or
-// "go-avx512", "go-avx2" for its assembly micro-kernels). Other kernels
-// return "go". For matmul it is the library's even where MatMul gives
-// some products to the Go kernel (LastVariant says which a call took).
+// Variant names the code path a kernel's last call on b took: for
+// "matmul", the BLAS library ("openblas-SkylakeX" — OpenBLAS and the
+// kernels it runs —, "accelerate", "blas") or the pure-Go kernel ("go",
+// or "go-avx512", "go-avx2" for its assembly micro-kernels) — with a
+// library loaded a product may run on the Go kernel (goOverBLAS) —, and
+// before any product the library's (LibraryVariant). Other kernels
+// return "go".
 func (b *Backend) Variant(kernel string) string {
-	if kernel == "matmul" {
-		if lib := activeBLAS.Load(); lib != nil {
-			return lib.name
-		}
-		return goKernelName
-	}
-	return "go"
-}
-
-// LastVariant is Variant for the last call of kernel on b
-// (backend.LastVariantNamer): for "matmul", the path the last product
-// took — with a library loaded, a product may run on the Go kernel
-// (goOverBLAS).
-func (b *Backend) LastVariant(kernel string) string {
 	if kernel == "matmul" {
 		if p := b.matmulPath.Load(); p != nil {
 			return *p
 		}
+		return LibraryVariant()
 	}
-	return b.Variant(kernel)
+	return "go"
+}
+
+// LibraryVariant names the matmul path large products take: the BLAS
+// library's (see Variant), or the Go kernel's without one.
+func LibraryVariant() string {
+	if lib := activeBLAS.Load(); lib != nil {
+		return lib.name
+	}
+	return goKernelName
 }
 
 // useBLAS switches gemm between the loaded BLAS (on) and the pure-Go kernel

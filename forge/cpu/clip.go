@@ -1,6 +1,6 @@
 package cpu
 
-// Global-norm gradient clipping folded into AdamW (backend.GradClipper).
+// Global-norm gradient clipping folded into AdamW (backend.KernelGradClip).
 //
 // The state is float64 whatever the gradients' dtype, and GradClip adds the
 // per-tensor sums in float64 in index order, so the norm and the
@@ -16,11 +16,13 @@ import (
 	"github.com/forgeml/forge/forge/backend"
 )
 
+var _ = declare(backend.KernelGradClip, computed)
+
 // ClipStateDType is Float64: the CPU has it.
 func (be *Backend) ClipStateDType(backend.DType) backend.DType { return backend.Float64 }
 
 // GradClip writes the norm, the clip coefficient and the skip flag of the
-// sums of squares in sums (see backend.GradClipper) into state (float64).
+// sums of squares in sums (see Backend.GradClip) into state (float64).
 func (be *Backend) GradClip(state, sums backend.View, maxNorm, unscale float64) {
 	if state.DType() != backend.Float64 || state.Numel() != backend.ClipStateLen || !state.IsContiguous() {
 		panic(fmt.Sprintf("cpu: grad_clip: state must be %d contiguous float64, got %v %v", backend.ClipStateLen, state.DType(), state.Shape))

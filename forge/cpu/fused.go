@@ -45,6 +45,8 @@ func checkSame(kernel string, views ...backend.View) backend.DType {
 	return dt
 }
 
+var _ = declare(backend.KernelSwiGLU, computed)
+
 // SwiGLU writes y = silu(a)·b.
 func (be *Backend) SwiGLU(y, a, b backend.View) {
 	if checkSame("swiglu", y, a, b) == backend.Float32 {

@@ -39,7 +39,7 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 	}
 }
 
-// MatMulMany runs several independent products (backend.MatMulBatcher).
+// MatMulMany runs several independent products (backend.KernelMatMulMany).
 // Split across the workers in turn, a thin product (the weight gradient
 // of a linear layer: 128×512 with K = 2048 in the tiny GPT) runs well below
 // a single-threaded gemm's speed, each half re-packing the other operand;
@@ -61,6 +61,8 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 // in→out): 128→128 958 split in turn, 880 side by side; 128→384 2600 /
 // 2640 (even); 256→768 12300 / 9900; 256→1024 15000 / 13100; 1024→256
 // 15100 / 13000; 256→4096 52000 / 48000.
+var _ = declare(backend.KernelMatMulMany, computed)
+
 func (b *Backend) MatMulMany(ops []backend.MatMulOp) {
 	w := b.workers
 	if lib := activeBLAS.Load(); lib != nil && (lib.ownThreads || blasLoneThreads) {

@@ -543,7 +543,7 @@ func TestGoOverBLAS(t *testing.T) {
 // TestMatMulRunsGo: with a library loaded that gives way (goOverBLAS),
 // a lone product on several workers, and the products MatMulMany runs
 // side by side, are the Go kernel's, bit for bit the single-threaded Go
-// product for any worker count and either path, and LastVariant names
+// product for any worker count and either path, and Variant names
 // the Go kernel; small products (a batch of four 32³) are the library's.
 func TestMatMulRunsGo(t *testing.T) {
 	ok, restore := useBLAS(true)
@@ -570,8 +570,8 @@ func TestMatMulRunsGo(t *testing.T) {
 		be.workers = w
 		dst := makeOperand[float32](r, matOperand{}, m, n, 0)
 		be.MatMul(dst, a, b, false)
-		if v := be.LastVariant("matmul"); v != goKernelName {
-			t.Errorf("%d workers: LastVariant(matmul) = %q, want %q", w, v, goKernelName)
+		if v := be.Variant("matmul"); v != goKernelName {
+			t.Errorf("%d workers: Variant(matmul) = %q, want %q", w, v, goKernelName)
 		}
 		same(fmt.Sprintf("MatMul on %d workers", w), dst)
 		// Two products side by side, one per worker.
@@ -588,7 +588,7 @@ func TestMatMulRunsGo(t *testing.T) {
 	y := makeOperand[float32](r, batch, 32, 32, 0)
 	z := makeOperand[float32](r, batch, 32, 32, 0)
 	be.MatMul(z, x, y, false)
-	if v := be.LastVariant("matmul"); v != loadedBLAS.name {
-		t.Errorf("a batch of four 32³ on 2 workers: LastVariant(matmul) = %q, want the library's %q", v, loadedBLAS.name)
+	if v := be.Variant("matmul"); v != loadedBLAS.name {
+		t.Errorf("a batch of four 32³ on 2 workers: Variant(matmul) = %q, want the library's %q", v, loadedBLAS.name)
 	}
 }

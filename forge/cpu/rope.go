@@ -115,7 +115,9 @@ func (b *Backend) RoPE(y, x backend.View, pos0 int, theta float64, inverse bool)
 }
 
 // RoPEStrided is RoPE for an x whose rows (last axis) are contiguous and
-// whose other axes have any strides (backend.StridedRoPE); y is contiguous.
+// whose other axes have any strides (backend.KernelRoPEStrided); y is contiguous.
+var _ = declare(backend.KernelRoPEStrided, computed)
+
 func (b *Backend) RoPEStrided(y, x backend.View, pos0 int, theta float64, inverse bool) {
 	checkFloat("rope", x.DType(), y)
 	r := len(x.Shape)

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"testing"
 
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/forgetest"
 )
 
@@ -38,4 +40,24 @@ func suiteNoFailFiles() {
 	if f := flag.Lookup("rapid.nofailfile"); f != nil && !set {
 		_ = f.Value.Set("true")
 	}
+}
+
+// TestComposed runs the suites that check values against independent
+// references on the device without its optional kernels, so that every
+// composed fallback is held to the references the fused kernels are.
+func TestComposed(t *testing.T) {
+	dev, err := forgetest.Composed(forgetest.Device(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range backend.OptionalKernels {
+		for _, dt := range []forge.DType{forge.Float32, forge.Float64, forge.Float16, forge.BFloat16} {
+			if dev.Supports(k, dt) {
+				t.Fatalf("the composed device lists %s on %v", k, dt)
+			}
+		}
+	}
+	t.Run("TorchParity", func(t *testing.T) { forgetest.TorchParity(t, dev) })
+	t.Run("GradCheck", func(t *testing.T) { forgetest.GradCheck(t, dev) })
+	t.Run("Fused", func(t *testing.T) { forgetest.Fused(t, dev) })
 }

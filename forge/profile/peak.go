@@ -243,19 +243,9 @@ func deviceKey(d *forge.Device) string {
 }
 
 // lastVariantOf is the path be's last call of kernel took.
-func lastVariantOf(be backend.Backend, kernel string) string {
-	if vn, ok := be.(backend.LastVariantNamer); ok {
-		return vn.LastVariant(kernel)
-	}
-	return variantOf(be, kernel)
-}
+func lastVariantOf(be backend.Backend, kernel string) string { return be.Variant(kernel) }
 
-func variantOf(be backend.Backend, kernel string) string {
-	if vn, ok := be.(backend.VariantNamer); ok {
-		return vn.Variant(kernel)
-	}
-	return ""
-}
+func variantOf(be backend.Backend, kernel string) string { return be.Variant(kernel) }
 
 // peakPath is the cache file for key: $FORGE_CACHE_DIR (or the user's
 // cache directory + "forge") / profile / peak-<hash of key>.json.

@@ -197,7 +197,7 @@ func matmulRows(be *cpu.Backend) []*row {
 		}
 		be.MatMul(c, a, b, false) // the path is per product: name the one this takes
 		rows = append(rows, &row{
-			op: "matmul " + s.op(), shape: shape, unit: "GFLOP/s", path: be.LastVariant("matmul"),
+			op: "matmul " + s.op(), shape: shape, unit: "GFLOP/s", path: be.Variant("matmul"),
 			forge:    func() float64 { return flops / secondsPerCall(func() { be.MatMul(c, a, b, false) }) / 1e9 },
 			numpyReq: fmt.Sprintf("%dx%dx%d:%s", s.m, s.n, s.k, s.op()),
 		})
