@@ -16,7 +16,7 @@ var capabilities = backend.Capabilities{
 	backend.KernelCopy:                capStored(),
 	backend.KernelUnary:               capFloats,
 	backend.KernelBinary:              capFloats,
-	backend.KernelWhere:               capStored(),
+	backend.KernelWhere:               capFloats, // the kernel also selects int32; forge selects floats only
 	backend.KernelReduce:              capFloats,
 	backend.KernelMatMul:              capFloats,
 	backend.KernelSoftmax:             capFloats,

@@ -61,3 +61,7 @@ func TestComposed(t *testing.T) {
 	t.Run("GradCheck", func(t *testing.T) { forgetest.GradCheck(t, dev) })
 	t.Run("Fused", func(t *testing.T) { forgetest.Fused(t, dev) })
 }
+
+// TestCapabilities checks the device's capability table against its
+// kernels.
+func TestCapabilities(t *testing.T) { forgetest.Capabilities(t, forgetest.Device(t)) }
