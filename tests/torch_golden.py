@@ -312,6 +312,7 @@ UNARY = [
     ("tanh", "tanh", lambda P, x: torch.tanh(x), lambda r, s: normal(r, s, 2.0), {}),
     ("sigmoid", "sigmoid", lambda P, x: torch.sigmoid(x), lambda r, s: normal(r, s, 4.0), {}),
     ("silu", "silu", lambda P, x: F.silu(x), lambda r, s: normal(r, s, 4.0), {}),
+    ("softplus", "softplus", lambda P, x: F.softplus(x), lambda r, s: normal(r, s, 6.0), {}),
     ("gelu_tanh", "gelu", lambda P, x: gelu_tanh(x), lambda r, s: normal(r, s, 2.5), {}),
     ("gelu_exact", "gelu_exact", lambda P, x: F.gelu(x), lambda r, s: normal(r, s, 2.5), {}),
     ("relu", "relu", lambda P, x: F.relu(x), lambda r, s: quantized(r, s, 4, 0.25) + normal(r, s, 0.01) * (r.random(s) < 0.5), {}),
@@ -339,7 +340,7 @@ def unary():
     for name, op, fn, gen, params in UNARY:
         r = rng(fam + "/" + name)
         x = gen(r, (5, 7))
-        if name in ("sigmoid", "silu", "gelu_tanh", "gelu_exact", "tanh", "exp"):
+        if name in ("sigmoid", "silu", "softplus", "gelu_tanh", "gelu_exact", "tanh", "exp"):
             # Saturated and central points.
             extremes = {"exp": [-80.0, -20.0, 0.0, 15.0, 20.0], "tanh": [-12.0, 12.0, 0.0, 1e-3, -25.0]}.get(
                 name, [-30.0, 30.0, 0.0, -12.0, 12.0])

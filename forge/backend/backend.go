@@ -416,6 +416,13 @@ type Backend interface {
 	// silu(a) rounded to the dtype (float32 for 16-bit views) first.
 	SwiGLUBackward(da, db, a, b, g View)
 
+	// Softplus (KernelSoftplus) writes y = log(1 + eˣ) elementwise; y and
+	// x have one shape and are contiguous. SoftplusBackward writes
+	// dx = g·sigmoid(x) from the forward's input and the upstream g (all
+	// one shape, contiguous).
+	Softplus(y, x View)
+	SoftplusBackward(dx, x, g View)
+
 	// MatMulMany (KernelMatMulMany) runs several independent products at
 	// once (for example the two gradients of a product in the backward
 	// pass, each on its own worker, rather than each split across the

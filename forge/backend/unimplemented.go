@@ -143,6 +143,16 @@ func (u Unimplemented) SwiGLUBackward(da, db, a, b, g View) {
 	panic(ErrNotImplemented{u.BackendName, "SwiGLUBackward"})
 }
 
+// Softplus panics with ErrNotImplemented.
+func (u Unimplemented) Softplus(y, x View) {
+	panic(ErrNotImplemented{u.BackendName, "Softplus"})
+}
+
+// SoftplusBackward panics with ErrNotImplemented.
+func (u Unimplemented) SoftplusBackward(dx, x, g View) {
+	panic(ErrNotImplemented{u.BackendName, "SoftplusBackward"})
+}
+
 // MatMulMany panics with ErrNotImplemented.
 func (u Unimplemented) MatMulMany(ops []MatMulOp) {
 	panic(ErrNotImplemented{u.BackendName, "MatMulMany"})

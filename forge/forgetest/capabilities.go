@@ -80,6 +80,7 @@ func capCases() []capCase {
 			p.Cast(forge.Float32).Float32s()
 		}},
 		{backend.KernelSwiGLU, func(dt forge.DType) { a, b := req(dt, 2, 4), req(dt, 2, 4); capGrad(forge.SwiGLU(a, b), a, b) }},
+		{backend.KernelSoftplus, func(dt forge.DType) { x := req(dt, 2, 4); capGrad(x.Softplus(), x) }},
 		{backend.KernelMatMulMany, func(dt forge.DType) {
 			a, b := capInput(dt, 2, 4), capInput(dt, 4, 3)
 			x, y := forge.MatMulPair(a, b, b.T(), a.T())

@@ -54,6 +54,7 @@ func gradCases(dev *forge.Device) []gradCase {
 		un("tanh", (*forge.Tensor).Tanh, false),
 		un("sigmoid", (*forge.Tensor).Sigmoid, false),
 		un("silu", (*forge.Tensor).SiLU, false),
+		un("softplus", (*forge.Tensor).Softplus, false),
 		un("gelu_tanh", (*forge.Tensor).GELU, false),
 		un("gelu_erf", (*forge.Tensor).GELUExact, false),
 		un("relu", (*forge.Tensor).ReLU, false),

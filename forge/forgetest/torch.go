@@ -241,6 +241,7 @@ var torchOps = map[string]torchOp{
 	"tanh":       torchUnary((*forge.Tensor).Tanh),
 	"sigmoid":    torchUnary((*forge.Tensor).Sigmoid),
 	"silu":       torchUnary((*forge.Tensor).SiLU),
+	"softplus":   torchUnary((*forge.Tensor).Softplus),
 	"gelu":       torchUnary((*forge.Tensor).GELU), // tanh approximation
 	"gelu_exact": torchUnary((*forge.Tensor).GELUExact),
 	"relu":       torchUnary((*forge.Tensor).ReLU),
