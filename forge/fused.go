@@ -52,6 +52,10 @@ func (t *Tensor) SumSquares() *Tensor {
 // of the 1-D (or 0-d) contiguous dst.
 func sumSquaresInto(dst *Tensor, i int, x *Tensor) {
 	d := dst.view([]int{}, []int{}, dst.offset+i)
+	if !x.dev.Supports(backend.KernelSumSquares, x.dtype) {
+		sumSquaresComposed(d, x)
+		return
+	}
 	launch(x.dev, kcall{name: "sum_squares", dt: x.dtype, shapes: shapesOf(x), bytes: bytesOf(x), flops: 2 * int64(x.Numel())},
 		func(be backend.Backend) { be.SumSquares(d.bv(), x.bv()) })
 }
@@ -105,6 +109,10 @@ type AdamWParams = backend.AdamWParams
 func AdamWUpdate(param, grad, m, v *Tensor, p AdamWParams) {
 	checkAdamW(param, grad, m, v, p)
 	g := grad.Contiguous()
+	if !param.dev.Supports(backend.KernelAdamW, param.dtype) {
+		adamWComposed(param, g, m, v, p)
+		return
+	}
 	launch(param.dev, kcall{name: "adamw", dt: param.dtype, shapes: shapesOf(param, g, m, v), bytes: bytesOf(param, g, m, v, param, m, v), flops: 14 * int64(param.Numel())},
 		func(be backend.Backend) { be.AdamW(param.bv(), g.bv(), m.bv(), v.bv(), p) })
 }

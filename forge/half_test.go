@@ -133,9 +133,10 @@ func TestHalfBackwardSeedAndRandn(t *testing.T) {
 
 // TestNormDTypes checks the dtype rules of the norms (the forge side; the
 // 16-bit kernels are Metal's): float32 with one 16-bit dtype may mix —
-// the CPU then refuses in its kernel, naming the dtype — but two 16-bit
-// dtypes, float32 with float64, or a float64 output do not, and the
-// errors name the tensors. The statistics of a 16-bit norm are float32.
+// the CPU, without a 16-bit norm kernel, then composes the norm in
+// float32 and rounds the result once — but two 16-bit dtypes, float32
+// with float64, or a float64 output do not, and the errors name the
+// tensors. The statistics of a 16-bit norm are float32.
 func TestNormDTypes(t *testing.T) {
 	x := Ones(3, 4)
 	w := Ones(4)
@@ -149,11 +150,22 @@ func TestNormDTypes(t *testing.T) {
 		{"float64 weight", func() { RMSNorm(x, w.Cast(Float64), 1e-5) }, "weight float64 [4] does not match input float32 [3 4]"},
 		{"float64 output", func() { RMSNormAs(Float64, x, w, 1e-5) }, "output dtype float64 differs from input float32"},
 		{"int32 output", func() { RMSNormAs(Int32, x, w, 1e-5) }, "needs float tensors"},
-		{"16-bit on the cpu", func() { RMSNormAs(BFloat16, x, w, 1e-5) }, "bfloat16"},
 	} {
 		err := Try(c.f)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+	xs := FromSlice([]float32{1, -2, 3, 0.5, 7, 1e-3, -0.25, 4}, 2, 4)
+	ws := FromSlice([]float32{1, 0.5, -2, 3})
+	got := RMSNormAs(BFloat16, xs, ws, 1e-5).Cast(Float32).Float32s()
+	want := RMSNorm(xs, ws, 1e-5).Cast(BFloat16).Cast(Float32).Float32s()
+	for i := range want {
+		// Both round a float32 result (a few ulps apart) to bfloat16:
+		// at most one bfloat16 ulp (2⁻⁷ relative) apart.
+		if math.Abs(float64(got[i]-want[i])) > 0x1p-7*math.Abs(float64(want[i])) {
+			t.Errorf("RMSNormAs(bfloat16) on the cpu = %v, want the float32 norm rounded, %v", got, want)
+			break
 		}
 	}
 	if st := normDTypes("rms_norm", x, BFloat16, w); st != Float32 {

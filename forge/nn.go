@@ -31,6 +31,9 @@ func (t *Tensor) softmax(op string, axis int, log bool) *Tensor {
 	if last := t.Dim() - 1; a != last {
 		return t.Transpose(a, last).softmax(op, last, log).Transpose(a, last)
 	}
+	if !t.dev.Supports(backend.KernelSoftmax, t.dtype) {
+		return softmaxComposed(t, log)
+	}
 	x, _, _ := lastAxisRows(t)
 	y := newTensor(t.dev, t.dtype, t.shape)
 	launch(t.dev, kcall{name: op, dt: t.dtype, shapes: shapesOf(x, y), bytes: bytesOf(x, y), flops: 4 * int64(x.Numel())},
@@ -121,6 +124,17 @@ func statDType(dt DType) DType {
 	return dt
 }
 
+// normKernel reports whether x's device runs the norm kernel on every
+// dtype involved: x's, the output's dt and the weights'.
+func normKernel(kernel string, x *Tensor, dt DType, ws ...*Tensor) bool {
+	for _, d := range append([]DType{x.dtype, dt}, dtypesOf(ws)...) {
+		if !x.dev.Supports(kernel, d) {
+			return false
+		}
+	}
+	return true
+}
+
 // optView returns t's backend view, or a view with a nil buffer for nil.
 func optView(t *Tensor) backend.View {
 	if t == nil {
@@ -147,6 +161,9 @@ func LayerNormAs(dt DType, x, w, b *Tensor, eps float64) *Tensor {
 	checkNormWeight(op, "weight", x, w, c)
 	checkNormWeight(op, "bias", x, b, c)
 	st := normDTypes(op, x, dt, w, b)
+	if !normKernel(backend.KernelLayerNorm, x, dt, w, b) {
+		return layerNormComposed(dt, st, x, w, b, eps)
+	}
 	if w != nil {
 		w = w.Contiguous()
 	}
@@ -192,6 +209,9 @@ func RMSNormAs(dt DType, x, w *Tensor, eps float64) *Tensor {
 	xr, n, c := lastAxisRows(x)
 	checkNormWeight(op, "weight", x, w, c)
 	st := normDTypes(op, x, dt, w)
+	if !normKernel(backend.KernelRMSNorm, x, dt, w) {
+		return rmsNormComposed(dt, st, x, w, eps)
+	}
 	if w != nil {
 		w = w.Contiguous()
 	}
@@ -241,6 +261,9 @@ func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
 	}
 	if pos0 < 0 {
 		panic(errorf("rope", "position offset must be non-negative, got %d", pos0))
+	}
+	if !x.dev.Supports(backend.KernelRoPE, x.dtype) {
+		return ropeComposed(x, pos0, theta)
 	}
 	t, d := x.shape[x.Dim()-2], x.shape[x.Dim()-1]
 	n := x.Numel() / max(t*d, 1)
@@ -306,6 +329,9 @@ func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 	}
 	if causal && tq > tk {
 		panic(errorf("attention", "causal attention needs Tq ≤ Tk, got q %v, k %v", q.shape, k.shape))
+	}
+	if !q.dev.Supports(backend.KernelAttention, q.dtype) {
+		return attentionComposed(q, k, v, causal, scale)
 	}
 	// A backend that takes row-strided operands reads q, k, v where they
 	// lie (heads of a fused QKV projection) and writes out laid out as
@@ -373,7 +399,8 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 	x, n, vocab := lastAxisRows(logits)
 	tg := targets.Contiguous()
 	count := 0
-	for i, id := range tg.Int32s() {
+	ids := tg.Int32s()
+	for i, id := range ids {
 		if int(id) == ignoreIndex {
 			continue
 		}
@@ -381,6 +408,9 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 			panic(errorf("cross_entropy", "target %d at position %d out of range [0, %d) (logits %v)", id, i, vocab, logits.shape))
 		}
 		count++
+	}
+	if !x.dev.Supports(backend.KernelCrossEntropy, x.dtype) {
+		return crossEntropyComposed(x.Reshape(n, vocab), ids, ignoreIndex, count)
 	}
 	rowLoss := newTensor(x.dev, statDType(x.dtype), []int{n})
 	lse := newTensor(x.dev, statDType(x.dtype), []int{n})

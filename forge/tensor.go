@@ -58,13 +58,15 @@ func (d *Device) Variant(kernel string) string { return d.b.Variant(kernel) }
 func (d *Device) Supports(kernel string, dt DType) bool { return d.caps.Has(kernel, dt) }
 
 // computeKernels are the kernels a model runs in its compute dtype.
-var computeKernels = []string{backend.KernelUnary, backend.KernelBinary, backend.KernelReduce,
-	backend.KernelMatMul, backend.KernelSoftmax, backend.KernelRMSNorm, backend.KernelLayerNorm,
-	backend.KernelAttention, backend.KernelCrossEntropy}
+// The others have compositions from these.
+var computeKernels = []string{backend.KernelUnary, backend.KernelBinary, backend.KernelWhere,
+	backend.KernelReduce, backend.KernelMatMul}
 
-// CanCompute returns nil if the device runs the kernels of a model's
-// forward and backward (products, elementwise ops, norms, attention,
-// cross-entropy) on dtype dt, else an error naming the first it does not.
+// CanCompute returns nil if the device runs the kernels a model's forward
+// and backward need on dtype dt (products, elementwise ops, reductions;
+// norms, attention and cross-entropy are composed from them where the
+// device has no kernel of its own), else an error naming the first it
+// does not.
 func (d *Device) CanCompute(dt DType) error {
 	for _, k := range computeKernels {
 		if !d.caps.Has(k, dt) {

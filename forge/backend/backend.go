@@ -326,6 +326,28 @@ type Backend interface {
 	// are never materialised. If accumulate, dst += a@b instead of dst = a@b.
 	MatMul(dst, a, bm View, accumulate bool)
 
+	// IndexSelect writes dst = src.index_select(axis, idx): src (P, S, Q)
+	// contiguous as three flattened groups around axis, idx Int32 (I),
+	// dst (P, I, Q). Out-of-range indices were checked by forge.
+	IndexSelect(dst, src, idx View, axis int)
+	// IndexAdd is IndexSelect's adjoint: dst (P, S, Q) is overwritten with
+	// zeros, then dst[:, idx[i], :] += src[:, i, :] in index order
+	// (deterministic, no atomics).
+	IndexAdd(dst, src, idx View, axis int)
+	// Gather writes dst[..., i, ...] = src[..., idx[..., i, ...], ...] along
+	// axis (torch.gather); idx and dst share a shape, src matches it on every
+	// other axis. All contiguous.
+	Gather(dst, src, idx View, axis int)
+	// ScatterAdd is Gather's adjoint: dst (src's shape) is zeroed, then
+	// dst[..., idx[…], ...] += g[…], deterministic.
+	ScatterAdd(dst, g, idx View, axis int)
+
+	// Optional kernels. Package forge asks a backend for one only where
+	// its Capabilities lists it (under the Kernel constant of
+	// capabilities.go); otherwise it composes the op from the kernels
+	// above (forge/composed.go). A backend without one embeds
+	// Unimplemented, which provides the method.
+
 	// Softmax writes y = softmax(x) (or log_softmax if log) over the last
 	// axis. x and y are contiguous.
 	Softmax(y, x View, log bool)
@@ -348,22 +370,6 @@ type Backend interface {
 	// contiguous, by angle (pos0+t)·theta^(−2k/D); inverse rotates by the
 	// negative angle (the backward pass).
 	RoPE(y, x View, pos0 int, theta float64, inverse bool)
-
-	// IndexSelect writes dst = src.index_select(axis, idx): src (P, S, Q)
-	// contiguous as three flattened groups around axis, idx Int32 (I),
-	// dst (P, I, Q). Out-of-range indices were checked by forge.
-	IndexSelect(dst, src, idx View, axis int)
-	// IndexAdd is IndexSelect's adjoint: dst (P, S, Q) is overwritten with
-	// zeros, then dst[:, idx[i], :] += src[:, i, :] in index order
-	// (deterministic, no atomics).
-	IndexAdd(dst, src, idx View, axis int)
-	// Gather writes dst[..., i, ...] = src[..., idx[..., i, ...], ...] along
-	// axis (torch.gather); idx and dst share a shape, src matches it on every
-	// other axis. All contiguous.
-	Gather(dst, src, idx View, axis int)
-	// ScatterAdd is Gather's adjoint: dst (src's shape) is zeroed, then
-	// dst[..., idx[…], ...] += g[…], deterministic.
-	ScatterAdd(dst, g, idx View, axis int)
 
 	// Attention computes causal or full scaled-dot-product attention with
 	// grouped KV heads. q (B, H, Tq, D), k and v (B, Hkv, Tk, D), out
@@ -399,11 +405,6 @@ type Backend interface {
 	// so deterministic; the CPU computes each element in float64 and rounds
 	// each stored value once.
 	AdamW(param, grad, m, v View, p AdamWParams)
-
-	// Optional kernels. Package forge asks a backend for one only where
-	// its Capabilities lists it (under the Kernel constant named below);
-	// otherwise forge composes it from the kernels above. A backend
-	// without one embeds Unimplemented, which provides the method.
 
 	// SwiGLU (KernelSwiGLU) writes y = silu(a)·b = a·sigmoid(a)·b (the gated unit of a
 	// SwiGLU MLP); y, a, b have one shape and are contiguous. The result

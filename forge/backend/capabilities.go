@@ -10,26 +10,42 @@ import (
 // profiler records them. A name covers a kernel's forward and its backward
 // ("swiglu" is SwiGLU and SwiGLUBackward).
 const (
-	KernelFill         = "fill"
-	KernelCopy         = "copy"
-	KernelUnary        = "unary" // Unary and UnaryGrad
-	KernelBinary       = "binary"
-	KernelWhere        = "where"
-	KernelReduce       = "reduce"
-	KernelMatMul       = "matmul"
-	KernelSoftmax      = "softmax"
-	KernelLayerNorm    = "layernorm"
-	KernelRMSNorm      = "rmsnorm"
-	KernelRoPE         = "rope"
-	KernelIndex        = "index" // IndexSelect, IndexAdd, Gather, ScatterAdd
-	KernelAttention    = "attention"
-	KernelCrossEntropy = "cross_entropy"
-	KernelSumSquares   = "sum_squares"
-	KernelAdamW        = "adamw"
+	KernelFill   = "fill"
+	KernelCopy   = "copy"
+	KernelUnary  = "unary" // Unary and UnaryGrad
+	KernelBinary = "binary"
+	KernelWhere  = "where"
+	KernelReduce = "reduce"
+	KernelMatMul = "matmul"
+	KernelIndex  = "index" // IndexSelect, IndexAdd, Gather, ScatterAdd
 
 	// The kernels below are optional: package forge composes each from
-	// the kernels above when a backend's Capabilities does not list it,
-	// and the composition is the reference its tests compare against.
+	// the kernels above when a backend's Capabilities does not list it
+	// (forge/composed.go), and forgetest's TestComposed holds the
+	// compositions to the references the kernels meet. A new backend
+	// trains a model with the eight kernels above.
+
+	// KernelSoftmax is Softmax and SoftmaxBackward; composed as
+	// exp(x − max) / Σ exp(x − max) (log: x − max − log Σ exp(x − max)).
+	KernelSoftmax = "softmax"
+	// KernelLayerNorm is LayerNorm and LayerNormBackward; composed from
+	// means over the last axis.
+	KernelLayerNorm = "layernorm"
+	// KernelRMSNorm is RMSNorm and RMSNormBackward; composed likewise.
+	KernelRMSNorm = "rmsnorm"
+	// KernelRoPE is RoPE; composed as the pairs' rotation by cosine and
+	// sine tables computed on the host.
+	KernelRoPE = "rope"
+	// KernelAttention is Attention and AttentionBackward; composed as
+	// softmax(q·kᵀ·scale (masked))·v, the scores materialised.
+	KernelAttention = "attention"
+	// KernelCrossEntropy is CrossEntropy and CrossEntropyBackward;
+	// composed as the log-softmax gathered at the targets.
+	KernelCrossEntropy = "cross_entropy"
+	// KernelSumSquares is SumSquares; composed as Σ x·x by Reduce.
+	KernelSumSquares = "sum_squares"
+	// KernelAdamW is AdamW; composed from elementwise ops written in place.
+	KernelAdamW = "adamw"
 
 	// KernelSwiGLU is SwiGLU and SwiGLUBackward; composed as a.SiLU().Mul(b).
 	KernelSwiGLU = "swiglu"
@@ -139,5 +155,6 @@ func (c Capabilities) String() string {
 
 // OptionalKernels lists the kernels package forge composes when a
 // backend's Capabilities does not list them.
-var OptionalKernels = []string{KernelSwiGLU, KernelSoftplus, KernelMatMulMany,
-	KernelRoPEStrided, KernelAttentionRowStrided, KernelGradClip}
+var OptionalKernels = []string{KernelSoftmax, KernelLayerNorm, KernelRMSNorm, KernelRoPE,
+	KernelAttention, KernelCrossEntropy, KernelSumSquares, KernelAdamW, KernelSwiGLU,
+	KernelSoftplus, KernelMatMulMany, KernelRoPEStrided, KernelAttentionRowStrided, KernelGradClip}

@@ -48,6 +48,26 @@ func (u Unimplemented) MatMul(dst, a, bm View, accumulate bool) {
 	panic(ErrNotImplemented{u.BackendName, "MatMul"})
 }
 
+// IndexSelect panics with ErrNotImplemented.
+func (u Unimplemented) IndexSelect(dst, src, idx View, axis int) {
+	panic(ErrNotImplemented{u.BackendName, "IndexSelect"})
+}
+
+// IndexAdd panics with ErrNotImplemented.
+func (u Unimplemented) IndexAdd(dst, src, idx View, axis int) {
+	panic(ErrNotImplemented{u.BackendName, "IndexAdd"})
+}
+
+// Gather panics with ErrNotImplemented.
+func (u Unimplemented) Gather(dst, src, idx View, axis int) {
+	panic(ErrNotImplemented{u.BackendName, "Gather"})
+}
+
+// ScatterAdd panics with ErrNotImplemented.
+func (u Unimplemented) ScatterAdd(dst, g, idx View, axis int) {
+	panic(ErrNotImplemented{u.BackendName, "ScatterAdd"})
+}
+
 // Softmax panics with ErrNotImplemented.
 func (u Unimplemented) Softmax(y, x View, log bool) {
 	panic(ErrNotImplemented{u.BackendName, "Softmax"})
@@ -81,26 +101,6 @@ func (u Unimplemented) RMSNormBackward(dx, dw, dy, x, w, rstd View) {
 // RoPE panics with ErrNotImplemented.
 func (u Unimplemented) RoPE(y, x View, pos0 int, theta float64, inverse bool) {
 	panic(ErrNotImplemented{u.BackendName, "RoPE"})
-}
-
-// IndexSelect panics with ErrNotImplemented.
-func (u Unimplemented) IndexSelect(dst, src, idx View, axis int) {
-	panic(ErrNotImplemented{u.BackendName, "IndexSelect"})
-}
-
-// IndexAdd panics with ErrNotImplemented.
-func (u Unimplemented) IndexAdd(dst, src, idx View, axis int) {
-	panic(ErrNotImplemented{u.BackendName, "IndexAdd"})
-}
-
-// Gather panics with ErrNotImplemented.
-func (u Unimplemented) Gather(dst, src, idx View, axis int) {
-	panic(ErrNotImplemented{u.BackendName, "Gather"})
-}
-
-// ScatterAdd panics with ErrNotImplemented.
-func (u Unimplemented) ScatterAdd(dst, g, idx View, axis int) {
-	panic(ErrNotImplemented{u.BackendName, "ScatterAdd"})
 }
 
 // Attention panics with ErrNotImplemented.
