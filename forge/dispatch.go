@@ -123,11 +123,11 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	runtime.KeepAlive(fn)
 	// Asked after the call: a backend may pick the path per call (the
 	// CPU's matmul does, by shape).
-	variant := ""
+	var variant string
 	if vn, ok := d.b.(backend.LastVariantNamer); ok {
 		variant = vn.LastVariant(k.name)
-	} else if vn, ok := d.b.(backend.VariantNamer); ok {
-		variant = vn.Variant(k.name)
+	} else {
+		variant = d.Variant(k.name)
 	}
 	(*obs)(KernelCall{
 		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,

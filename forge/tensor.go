@@ -34,6 +34,18 @@ func (d *Device) Name() string { return d.name }
 // Backend returns the device's backend.
 func (d *Device) Backend() backend.Backend { return d.b }
 
+// Variant names the code path the device's backend runs kernel with,
+// where it has several ("openblas-Cooperlake" for "matmul" on the CPU), or
+// "" if the backend does not say. A backend that picks the path per call
+// (the CPU's matmul does, by shape) names its usual one here; each
+// KernelCall names the path that call took.
+func (d *Device) Variant(kernel string) string {
+	if vn, ok := d.b.(backend.VariantNamer); ok {
+		return vn.Variant(kernel)
+	}
+	return ""
+}
+
 // Describe says in one line what the device runs its kernels with (for the
 // CPU: the BLAS library, its kernels and who chose them, or the Go kernel),
 // or just its name if the backend does not say more.
