@@ -31,9 +31,6 @@ type Device struct {
 // Name returns the backend's registry name ("cpu", "metal", …).
 func (d *Device) Name() string { return d.name }
 
-// Backend returns the device's backend.
-func (d *Device) Backend() backend.Backend { return d.b }
-
 // Variant names the code path the device's backend runs kernel with,
 // where it has several ("openblas-Cooperlake" for "matmul" on the CPU), or
 // "" if the backend does not say. A backend that picks the path per call
@@ -69,6 +66,10 @@ var (
 )
 
 // OpenDevice returns the device of the named backend ("cpu", "metal", …).
+// Its kernels run on the backend backend.Open(name) returns, which the
+// registry opens once per registration: code below forge (a backend's
+// tests, forgetest) reaches a device's backend that way, never through
+// the device.
 func OpenDevice(name string) (*Device, error) {
 	devMu.Lock()
 	defer devMu.Unlock()

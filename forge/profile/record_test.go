@@ -98,7 +98,11 @@ func TestNestedRecorders(t *testing.T) {
 // differ where the AVX-512 Go kernel takes split products from a BLAS.
 func TestRecordNamesThePathTaken(t *testing.T) {
 	dev := forge.DefaultDevice()
-	lv, ok := dev.Backend().(backend.LastVariantNamer)
+	be, err := backend.Open(dev.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv, ok := be.(backend.LastVariantNamer)
 	if !ok {
 		t.Skip("the backend picks no path per call")
 	}

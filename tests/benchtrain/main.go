@@ -41,7 +41,6 @@ import (
 	"strings"
 
 	"github.com/forgeml/forge/forge"
-	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/profile"
@@ -264,8 +263,8 @@ func peakName() string {
 
 // variantOf is the device's matmul path ("openblas-Cooperlake").
 func variantOf(d *forge.Device) string {
-	if vn, ok := d.Backend().(backend.VariantNamer); ok {
-		return vn.Variant("matmul")
+	if v := d.Variant("matmul"); v != "" {
+		return v
 	}
 	return d.Name()
 }
