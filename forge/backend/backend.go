@@ -549,7 +549,7 @@ type Describer interface {
 // KernelTimer is implemented by backends that run kernels asynchronously
 // on a device with its own clock (Metal), where the host's wall time of a
 // kernel call measures only its encoding. The dispatch point of package
-// forge uses it while a KernelObserver is installed: per-kernel timing is
+// forge uses it while an Observer is installed: per-kernel timing is
 // on exactly for the duration of each observed launch, and off (kernels
 // batched, nothing waited for) otherwise.
 type KernelTimer interface {
