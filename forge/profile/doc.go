@@ -1,7 +1,9 @@
 // Package profile times Forge's kernels: it records every kernel call made
 // while a recording runs, summarises them per kernel against the
 // machine's measured peak (a roofline), exports Chrome traces, and
-// microbenchmarks single kernels and training steps, %timeit style.
+// microbenchmarks functions and single kernels, %timeit style (a training
+// step: train.BenchStep). It builds on forge alone: the model and training
+// packages may use it, never the reverse.
 //
 //	p := profile.RunN(5, func() { trainer.Step() })
 //	fmt.Println(p.Report(profile.ReportOptions{Top: 12, Peak: profile.Peak()}))
@@ -64,7 +66,7 @@
 //
 // # Errors
 //
-// Recording and reporting never fail. BenchKernel and BenchStep return
-// errors for unknown kernels, bad sizes, unknown configs and kernels the
-// backend does not implement; WriteTrace returns the writer's error.
+// Recording and reporting never fail. BenchKernel returns errors for
+// unknown kernels, bad sizes and kernels the backend does not implement;
+// WriteTrace returns the writer's error.
 package profile
