@@ -13,6 +13,7 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/profile"
+	"github.com/forgeml/forge/forge/train"
 	"github.com/forgeml/forge/internal/atomicfile"
 )
 
@@ -161,10 +162,10 @@ func benchStep(e *env, config string, prof bool, trace string, steps int, roof, 
 	if prof && roof {
 		ro.Peak = peakFor(e)
 	}
-	var res *profile.StepResult
+	var res *train.BenchStepResult
 	var err error
 	if perr := forge.Try(func() {
-		res, err = profile.BenchStep(config, profile.StepOptions{Bench: opts, Profile: prof, ProfileSteps: steps})
+		res, err = train.BenchStep(config, train.BenchStepOptions{Bench: opts, Profile: prof, ProfileSteps: steps})
 	}); perr != nil {
 		return perr
 	}
@@ -182,7 +183,7 @@ func benchStep(e *env, config string, prof bool, trace string, steps int, roof, 
 	}
 	if asJSON {
 		return writeJSON(e.stdout, struct {
-			*profile.StepResult
+			*train.BenchStepResult
 			Report *profile.Report `json:"report,omitempty"`
 		}{res, rep})
 	}

@@ -2,6 +2,7 @@ package forge
 
 import (
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +44,69 @@ func WithPhase(p Phase, fn func()) {
 	fn()
 }
 
-// KernelCall describes one kernel launch, as reported to a KernelObserver.
+// Scope runs fn with name pushed onto the scope path: kernels launched in
+// fn are reported with the enclosing scopes' names joined by "/"
+// ("blocks.2/attn"), and the scope itself is reported to the observer
+// when fn returns (or panics). gpt.Model marks each transformer block
+// ("blocks.N") this way.
+//
+// Scopes label the kernels that run inside fn, the forward pass: the
+// backward kernels of those layers run later, inside Backward, and carry
+// no scope. Like the phase, the path is process-wide: mark scopes from the
+// goroutine that launches the kernels. Without an observer Scope only
+// calls fn; the path is not built.
+func Scope(name string, fn func()) {
+	obs := observer.Load()
+	if obs == nil {
+		fn()
+		return
+	}
+	enterScope(obs, name, fn)
+}
+
+// ScopeIndexed is Scope with the name prefix + "." + i ("blocks.3"), built
+// only while an observer listens, so a model's loop over its layers pays
+// nothing otherwise.
+func ScopeIndexed(prefix string, i int, fn func()) {
+	obs := observer.Load()
+	if obs == nil {
+		fn()
+		return
+	}
+	enterScope(obs, prefix+"."+strconv.Itoa(i), fn)
+}
+
+// scopePath is the path of the scopes entered while an observer listened
+// (nil: none).
+var scopePath atomic.Pointer[string]
+
+func enterScope(obs *Observer, name string, fn func()) {
+	prev := scopePath.Load()
+	path := name
+	if prev != nil {
+		path = *prev + "/" + name
+	}
+	scopePath.Store(&path)
+	start := time.Now()
+	defer func() {
+		d := time.Since(start)
+		scopePath.Store(prev)
+		if obs.Scope != nil {
+			obs.Scope(ScopeSpan{Path: path, Start: start, Duration: d})
+		}
+	}()
+	fn()
+}
+
+// currentScope is the scope path in effect ("" outside every scope).
+func currentScope() string {
+	if p := scopePath.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// KernelCall describes one kernel launch, as reported to an Observer.
 // Duration is the wall time of the call, or on a device with its own clock the
 // device time of the kernels it ran.
 type KernelCall struct {
@@ -53,31 +116,47 @@ type KernelCall struct {
 	DType    DType     // dtype of the first operand
 	Shapes   [][]int   // operand shapes, inputs first, then outputs
 	Phase    Phase     // forward, backward or optimizer
+	Scope    string    // the Scope path it was launched in, e.g. "blocks.3/attn" ("" outside every Scope)
 	FLOPs    int64     // floating-point operations the kernel performs
 	Bytes    int64     // bytes it reads and writes at least once
 	Start    time.Time // when the call began (host clock)
 	Duration time.Duration
 }
 
-// KernelObserver receives every kernel call made while it is installed.
-type KernelObserver func(KernelCall)
+// ScopeSpan describes one Scope, as reported to an Observer when it ends.
+type ScopeSpan struct {
+	Path     string        // the full path, e.g. "blocks.3/attn"
+	Start    time.Time     // when fn began (host clock)
+	Duration time.Duration // wall time of fn
+}
 
-var observer atomic.Pointer[KernelObserver]
+// Observer receives what the dispatch point sees while it is installed:
+// Kernel every kernel call after it completes, Scope every Scope as it
+// ends. Either may be nil.
+type Observer struct {
+	Kernel func(KernelCall)
+	Scope  func(ScopeSpan)
+}
 
-// SetKernelObserver installs obs (nil removes it) and returns the previous
-// observer. While an observer is installed, every kernel is timed (on the
-// CPU, wall time of the call; on a device with its own clock (Metal:
-// Backend.TimeKernels),
-// device time, with each kernel submitted and waited for on its own, so
-// batching is off while profiling) and reported after it completes.
-func SetKernelObserver(obs KernelObserver) KernelObserver {
-	var p *KernelObserver
-	if obs != nil {
+var observer atomic.Pointer[Observer]
+
+// SetObserver installs obs (the zero Observer removes it) and returns the
+// previous one. An observer installed over another should pass on what it
+// receives to the previous one (chaining) and reinstall it when done.
+//
+// While an observer is installed, every kernel is timed (on the CPU, wall
+// time of the call; on a device with its own clock (Metal:
+// Backend.TimeKernels), device time,
+// with each kernel submitted and waited for on its own, so batching is off
+// while profiling) and reported after it completes.
+func SetObserver(obs Observer) Observer {
+	var p *Observer
+	if obs.Kernel != nil || obs.Scope != nil {
 		p = &obs
 	}
 	old := observer.Swap(p)
 	if old == nil {
-		return nil
+		return Observer{}
 	}
 	return *old
 }
@@ -117,10 +196,12 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	// Asked after the call: a backend may pick the path per call (the
 	// CPU's matmul does, by shape).
 	variant := d.b.Variant(k.name)
-	(*obs)(KernelCall{
-		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
-		Phase: phase, FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,
-	})
+	if obs.Kernel != nil {
+		obs.Kernel(KernelCall{
+			Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
+			Phase: phase, Scope: currentScope(), FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,
+		})
+	}
 }
 
 // shapesOf lists the shapes of ts for a kernel record.

@@ -55,6 +55,6 @@
 //
 // Every kernel call goes through one dispatch point that can report the
 // kernel's name, the path that ran, its shapes, dtype, phase (forward,
-// backward, optimizer), FLOPs, bytes and duration to an observer; see
-// SetKernelObserver.
+// backward, optimizer), scope, FLOPs, bytes and duration to an observer,
+// which also hears each Scope end; see SetObserver and Scope.
 package forge

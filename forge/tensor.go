@@ -32,9 +32,6 @@ type Device struct {
 // Name returns the backend's registry name ("cpu", "metal", …).
 func (d *Device) Name() string { return d.name }
 
-// Backend returns the device's backend.
-func (d *Device) Backend() backend.Backend { return d.b }
-
 // Describe says in one line what the device runs its kernels with (for the
 // CPU: the BLAS library, its kernels and who chose them, or the Go kernel),
 // or just its name if the backend does not say more.
@@ -93,6 +90,10 @@ var (
 )
 
 // OpenDevice returns the device of the named backend ("cpu", "metal", …).
+// Its kernels run on the backend backend.Open(name) returns, which the
+// registry opens once per registration: code below forge (a backend's
+// tests, forgetest) reaches a device's backend that way, never through
+// the device.
 func OpenDevice(name string) (*Device, error) {
 	devMu.Lock()
 	defer devMu.Unlock()

@@ -176,12 +176,12 @@ func TestGeneratorDeterministic(t *testing.T) {
 
 func TestKernelObserver(t *testing.T) {
 	var calls []KernelCall
-	prev := SetKernelObserver(func(c KernelCall) { calls = append(calls, c) })
-	defer SetKernelObserver(prev)
+	prev := SetObserver(Observer{Kernel: func(c KernelCall) { calls = append(calls, c) }})
+	defer SetObserver(prev)
 	a := Ones(4, 8).RequiresGrad()
 	b := Ones(8, 2)
 	a.MatMul(b).Sum().Backward()
-	SetKernelObserver(prev)
+	SetObserver(prev)
 	var fwd, bwd bool
 	for _, c := range calls {
 		if c.Kernel == "matmul" && c.Phase == PhaseForward {

@@ -37,9 +37,9 @@ func TestObserverGetsGPUTime(t *testing.T) {
 
 	a := forge.Full(1, 4, 4) // queued, unobserved
 	var calls []forge.KernelCall
-	old := forge.SetKernelObserver(func(c forge.KernelCall) { calls = append(calls, c) })
+	old := forge.SetObserver(forge.Observer{Kernel: func(c forge.KernelCall) { calls = append(calls, c) }})
 	x := forge.Full(2, 4, 4)
-	forge.SetKernelObserver(old)
+	forge.SetObserver(old)
 	y := forge.Full(3, 4, 4) // batched again
 
 	if len(calls) != 1 || calls[0].Kernel != "fill" || calls[0].Device != "metal-fake" {

@@ -93,7 +93,18 @@ func trainDevices(t *testing.T) (dev *forge.Device, mb *Backend, cpuDev *forge.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dev, dev.Backend().(*Backend), cpuDev
+	return dev, backendOf(dev), cpuDev
+}
+
+// backendOf is the Metal backend dev runs on (the registry's, under the
+// device's name), or nil for another backend.
+func backendOf(dev *forge.Device) *Backend {
+	b, err := backend.Open(dev.Name())
+	if err != nil {
+		panic(err)
+	}
+	mb, _ := b.(*Backend)
+	return mb
 }
 
 // useDevice makes dev the default device until the test ends.
@@ -126,7 +137,7 @@ func trainRun(dev *forge.Device, cfg train.Config, steps int) (ms []train.Metric
 	prev := forge.DefaultDevice()
 	forge.SetDefaultDevice(dev)
 	defer forge.SetDefaultDevice(prev)
-	mb, _ := dev.Backend().(*Backend)
+	mb := backendOf(dev)
 	err = forge.Try(func() {
 		m, tr := newTrainer(cfg)
 		dev.Sync() // the initial weights and moments: not part of a step
@@ -409,7 +420,7 @@ func TestTrainStepProfile(t *testing.T) {
 // the device.
 func TestBackwardQueuesWithoutWaiting(t *testing.T) {
 	dev := openTestDevice(t)
-	mb := dev.Backend().(*Backend)
+	mb := backendOf(dev)
 	logits := forge.FromSlice([]float32{0.1, 0.7, -0.3, 1.2, 0.4, -0.8}, 2, 3).To(dev).RequiresGrad()
 	targets := forge.FromSlice([]int32{2, 0}, 2).To(dev)
 	// The loss scaled by a kernel (its gradient, 3, is computed on the

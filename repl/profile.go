@@ -109,9 +109,9 @@ func cmdBench(s *Session, ctx context.Context, args []string) error {
 		} else if s.run != nil {
 			config = filepath.Join(s.run.Dir, train.ConfigFile)
 		}
-		var res *profile.StepResult
+		var res *train.BenchStepResult
 		var err error
-		if perr := forge.Try(func() { res, err = profile.BenchStep(config, profile.StepOptions{Bench: bo}) }); perr != nil {
+		if perr := forge.Try(func() { res, err = train.BenchStep(config, train.BenchStepOptions{Bench: bo}) }); perr != nil {
 			return perr
 		}
 		if err != nil {

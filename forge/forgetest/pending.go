@@ -58,7 +58,7 @@ type pendingLog struct {
 
 func newPendingLog(dev *forge.Device) *pendingLog {
 	p := &pendingLog{dev: dev, declared: map[string]bool{}, counts: map[string]int{}}
-	if pk, ok := dev.Backend().(PendingKernels); ok {
+	if pk, ok := backendOf(dev).(PendingKernels); ok {
 		for _, k := range pk.PendingKernels() {
 			p.declared[k] = true
 		}
@@ -70,7 +70,7 @@ func newPendingLog(dev *forge.Device) *pendingLog {
 // is a missing kernel the backend declared, counting the check if so.
 func (p *pendingLog) declaredMissing(r any) (kernel string, ok bool) {
 	nie, isNIE := notImplemented(r)
-	if !isNIE || !p.declared[nie.Kernel] || nie.Backend != p.dev.Backend().Name() {
+	if !isNIE || !p.declared[nie.Kernel] || nie.Backend != backendOf(p.dev).Name() {
 		return "", false
 	}
 	p.mu.Lock()
@@ -85,7 +85,7 @@ func (p *pendingLog) declaredMissing(r any) (kernel string, ok bool) {
 func (p *pendingLog) skip(t testing.TB, kernel, where string) {
 	t.Helper()
 	t.Skipf("not run: reached kernel %s, which backend %s declares missing (PendingKernels)%s",
-		kernel, p.dev.Backend().Name(), where)
+		kernel, backendOf(p.dev).Name(), where)
 }
 
 // run runs check as the subtest name of t; a check that reaches a kernel

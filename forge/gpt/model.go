@@ -5,7 +5,6 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/nn"
-	"github.com/forgeml/forge/forge/profile/scope"
 )
 
 // Model is a GPT. Parameter names (Params) are:
@@ -150,7 +149,7 @@ func (m *Model) Forward(ids *forge.Tensor, cache *Cache) *forge.Tensor {
 			kv = cache.Layers[i]
 		}
 		// Profiles attribute the block's forward kernels to "blocks.i".
-		scope.Indexed("blocks", i, func() { x = b.Forward(x, kv) })
+		forge.ScopeIndexed("blocks", i, func() { x = b.Forward(x, kv) })
 	}
 	x = m.NormF.Forward(x)
 	if m.Head != nil {

@@ -155,9 +155,9 @@ func TestStepKeepsIdentity(t *testing.T) {
 	}
 	before := w.Float32s()
 	phases := map[forge.Phase]int{}
-	prev := forge.SetKernelObserver(func(k forge.KernelCall) { phases[k.Phase]++ })
+	prev := forge.SetObserver(forge.Observer{Kernel: func(k forge.KernelCall) { phases[k.Phase]++ }})
 	opt.Step()
-	forge.SetKernelObserver(prev)
+	forge.SetObserver(prev)
 	if phases[forge.PhaseOptimizer] == 0 || len(phases) != 1 {
 		t.Errorf("Step kernels by phase: %v, want all in the optimizer phase", phases)
 	}

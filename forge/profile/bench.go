@@ -3,7 +3,6 @@ package profile
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -180,9 +179,16 @@ var Kernels = []struct{ Name, Dims, Defaults string }{
 }
 
 // BenchKernel times one kernel of the default device on float32 operands
-// of the given sizes (see Kernels; no sizes: the defaults), calling the
-// backend directly as `make bench` does, with a one-second budget. A
-// training step is BenchStep.
+// of the given sizes (see Kernels; no sizes: the defaults), through the
+// forge op that launches it (a.MatMul(b), forge.Attention, …, with the
+// output it allocates), with a one-second budget. A training step is
+// train.BenchStep.
+//
+// The result's FLOPs, Bytes and Variant are what forge's dispatch point
+// reports for one call of the op: the sum over the kernels it launched
+// (attention+backward also copies the three gradients into q, k and v;
+// cross_entropy also averages the rows' losses), and the path the named
+// kernel took.
 //
 //	r, err := profile.BenchKernel("matmul", 1024, 1024, 1024)
 //	fmt.Println(r) // matmul 1024×1024×1024 float32 on cpu (openblas): 190.4 GFLOP/s …
@@ -192,10 +198,6 @@ func BenchKernel(name string, dims ...int) (KernelResult, error) {
 
 // BenchKernelOpts is BenchKernel with options.
 func BenchKernelOpts(opts BenchOptions, name string, dims ...int) (res KernelResult, err error) {
-	k, err := newKernelBench(forge.DefaultDevice().Backend(), name, dims)
-	if err != nil {
-		return res, err
-	}
 	defer func() {
 		if p := recover(); p != nil {
 			if e, ok := p.(backend.ErrNotImplemented); ok {
@@ -205,8 +207,13 @@ func BenchKernelOpts(opts BenchOptions, name string, dims ...int) (res KernelRes
 			panic(p)
 		}
 	}()
+	dev := forge.DefaultDevice()
+	k, err := newKernelBench(dev, name, dims)
+	if err != nil {
+		return res, err
+	}
 	if opts.Sync == nil {
-		opts.Sync = k.be.Sync
+		opts.Sync = dev.Sync
 	}
 	res = k.result
 	res.BenchResult = Bench(k.call, opts)
@@ -217,14 +224,16 @@ func BenchKernelOpts(opts BenchOptions, name string, dims ...int) (res KernelRes
 	return res, nil
 }
 
-// kernelBench holds one prepared kernel call.
+// kernelBench holds one prepared call of a forge op.
 type kernelBench struct {
-	be     backend.Backend
 	call   func()
 	result KernelResult
 }
 
-func newKernelBench(be backend.Backend, name string, dims []int) (*kernelBench, error) {
+// newKernelBench prepares the operands of the benchmark name on dev and
+// makes one recorded call of its op, which fills the result's FLOPs, Bytes
+// and Variant from the dispatch point's records.
+func newKernelBench(dev *forge.Device, name string, dims []int) (*kernelBench, error) {
 	var want int
 	var defaults string
 	for _, k := range Kernels {
@@ -235,7 +244,7 @@ func newKernelBench(be backend.Backend, name string, dims []int) (*kernelBench, 
 	}
 	if want == 0 {
 		if name == "step" {
-			return nil, ArgError{"a training step is timed by BenchStep (forge bench step)"}
+			return nil, ArgError{"a training step is timed by train.BenchStep (forge bench step)"}
 		}
 		names := make([]string, len(Kernels))
 		for i, k := range Kernels {
@@ -261,79 +270,69 @@ func newKernelBench(be backend.Backend, name string, dims []int) (*kernelBench, 
 	if gb := footprint(name, dims) / (1 << 30); gb > maxBenchGiB {
 		return nil, ArgError{fmt.Sprintf("%s %v would need %.1f GiB of operands (at most %d)", name, dims, gb, maxBenchGiB)}
 	}
-	kb := &kernelBench{be: be, result: KernelResult{
-		Kernel: name, Dims: slices.Clone(dims), Device: be.Name(), DType: "float32", Unit: "GB/s",
+	kb := &kernelBench{result: KernelResult{
+		Kernel: name, Dims: slices.Clone(dims), Device: dev.Name(), DType: "float32", Unit: "GB/s",
 	}}
-	r := rand.New(rand.NewPCG(1, 2))
-	const f = 4 // bytes per float32
+	g := forge.NewGenerator(1)
+	randn := func(shape ...int) *forge.Tensor { return g.Randn(forge.Float32, shape...).To(dev) }
 	res := &kb.result
+	kernel := name // forge's name of the kernel whose path the result names
 	switch name {
 	case "matmul":
 		m, n, k := dims[0], dims[1], dims[2]
-		a, b, c := randView(be, r, m, k), randView(be, r, k, n), randView(be, nil, m, n)
+		a, b := randn(m, k), randn(k, n)
 		res.Shape = fmt.Sprintf("%d×%d×%d", m, n, k)
-		res.FLOPs = 2 * int64(m) * int64(n) * int64(k)
-		res.Bytes = f * (int64(m)*int64(k) + int64(k)*int64(n) + int64(m)*int64(n))
-		kb.call = func() { be.MatMul(c, a, b, false) }
-		kb.call() // the path may depend on the shape: name the one this takes
-		res.Unit, res.Variant = "GFLOP/s", lastVariantOf(be, "matmul")
+		res.Unit = "GFLOP/s"
+		kb.call = func() { a.MatMul(b) }
 	case "attention", "attention+backward":
 		B, T, H, D := dims[0], dims[1], dims[2], dims[3]
-		q, k, v := randView(be, r, B, H, T, D), randView(be, r, B, H, T, D), randView(be, r, B, H, T, D)
-		out, lse := randView(be, nil, B, H, T, D), randView(be, nil, B, H, T)
-		p := backend.AttentionParams{Scale: 1 / math.Sqrt(float64(D)), Causal: true}
+		q, k, v := randn(B, H, T, D), randn(B, H, T, D), randn(B, H, T, D)
 		res.Shape = fmt.Sprintf("B%d T%d H%d D%d causal", B, T, H, D)
-		res.Unit, res.Variant = "GFLOP/s", variantOf(be, "attention")
-		bhtd := int64(B) * int64(H) * int64(T) * int64(D)
-		fwd := 4 * int64(B*H) * int64(T) * int64(T) * int64(D) / 2 // causal: half the scores
-		res.FLOPs = fwd
-		res.Bytes = f * (4*bhtd + int64(B*H*T)) // q, k, v, out, lse
-		kb.call = func() { be.Attention(out, lse, q, k, v, p) }
+		res.Unit, kernel = "GFLOP/s", "attention"
+		kb.call = func() { forge.NoGrad(func() { forge.Attention(q, k, v, true) }) }
 		if name == "attention+backward" {
-			g := randView(be, r, B, H, T, D)
-			dq, dk, dv := randView(be, nil, B, H, T, D), randView(be, nil, B, H, T, D), randView(be, nil, B, H, T, D)
-			res.FLOPs = fwd + fwd*5/2
-			res.Bytes += f * (8*bhtd + int64(B*H*T)) // + q, k, v, out, lse, g read, dq, dk, dv written
+			gr := randn(B, H, T, D)
+			for _, x := range []*forge.Tensor{q, k, v} {
+				x.RequiresGrad()
+			}
 			kb.call = func() {
-				be.Attention(out, lse, q, k, v, p)
-				be.AttentionBackward(dq, dk, dv, q, k, v, out, lse, g, p)
+				q.ZeroGrad()
+				k.ZeroGrad()
+				v.ZeroGrad()
+				forge.Attention(q, k, v, true).Backward(gr)
 			}
 		}
 	case "softmax":
 		n, c := dims[0], dims[1]
-		x, y := randView(be, r, n, c), randView(be, nil, n, c)
+		x := randn(n, c)
 		res.Shape = fmt.Sprintf("(%d, %d)", n, c)
-		res.FLOPs, res.Bytes = 4*int64(n)*int64(c), f*2*int64(n)*int64(c)
-		res.Variant = variantOf(be, "softmax")
-		kb.call = func() { be.Softmax(y, x, false) }
+		kb.call = func() { x.Softmax(-1) }
 	case "rmsnorm":
 		n, c := dims[0], dims[1]
-		x, y, w, rstd := randView(be, r, n, c), randView(be, nil, n, c), randView(be, r, c), randView(be, nil, n)
+		x, w := randn(n, c), randn(c)
 		res.Shape = fmt.Sprintf("(%d, %d)", n, c)
-		res.FLOPs, res.Bytes = 4*int64(n)*int64(c), f*(2*int64(n)*int64(c)+int64(c)+int64(n))
-		res.Variant = variantOf(be, "rmsnorm")
-		kb.call = func() { be.RMSNorm(y, rstd, x, w, 1e-6) }
+		kernel = "rms_norm"
+		kb.call = func() { forge.RMSNorm(x, w, 1e-6) }
 	case "cross_entropy":
 		n, vocab := dims[0], dims[1]
-		logits, loss, lse := randView(be, r, n, vocab), randView(be, nil, n), randView(be, nil, n)
-		tb := be.Alloc(backend.Int32, n)
-		tv := make([]int32, n)
-		for i := range tv {
-			tv[i] = int32(r.IntN(vocab))
-		}
-		be.Write(tb, tv)
-		targets := backend.View{Buf: tb, Shape: []int{n}, Strides: []int{1}}
+		logits, targets := randn(n, vocab), g.RandInt(0, vocab, n).To(dev)
 		res.Shape = fmt.Sprintf("(%d, %d)", n, vocab)
-		res.FLOPs, res.Bytes = 3*int64(n)*int64(vocab), f*(int64(n)*int64(vocab)+3*int64(n))
-		res.Variant = variantOf(be, "cross_entropy")
-		kb.call = func() { be.CrossEntropy(loss, lse, logits, targets, -1) }
+		kb.call = func() { forge.CrossEntropy(logits, targets, -1) }
 	case "copy":
 		n := dims[0]
-		src, dst := randView(be, r, n), randView(be, nil, n)
-		res.Shape = fmt.Sprintf("%d float32 (%s)", n, fmtBytes(int64(n)*f))
-		res.Bytes = 2 * f * int64(n)
-		res.Variant = variantOf(be, "copy")
-		kb.call = func() { be.Copy(dst, src) }
+		src, dst := randn(n), forge.Zeros(n).To(dev)
+		res.Shape = fmt.Sprintf("%d float32 (%s)", n, fmtBytes(int64(n)*4))
+		kb.call = func() { dst.CopyFrom(src) }
+	}
+	// One recorded call: the work and the path as the dispatch point
+	// reports them (the path may depend on the shape: name the one this
+	// call takes).
+	for _, r := range Run(func() { kb.call(); dev.Sync() }).Records {
+		res.FLOPs += r.FLOPs
+		res.Bytes += r.Bytes
+		if r.Kernel == kernel && res.Variant == "" {
+			res.Variant = r.Variant
+		}
 	}
 	return kb, nil
 }
@@ -378,24 +377,6 @@ func dimsOf(name string) string {
 		}
 	}
 	return ""
-}
-
-// randView allocates a contiguous float32 view of shape with normal
-// values, or zeros when r is nil.
-func randView(be backend.Backend, r *rand.Rand, shape ...int) backend.View {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	buf := be.Alloc(backend.Float32, n)
-	data := make([]float32, n)
-	if r != nil {
-		for i := range data {
-			data[i] = float32(r.NormFloat64())
-		}
-	}
-	be.Write(buf, data)
-	return backend.View{Buf: buf, Shape: shape, Strides: backend.ContiguousStrides(shape)}
 }
 
 func fmtBytes(n int64) string {

@@ -1,7 +1,9 @@
 // Package profile times Forge's kernels: it records every kernel call made
 // while a recording runs, summarises them per kernel against the
 // machine's measured peak (a roofline), exports Chrome traces, and
-// microbenchmarks single kernels and training steps, %timeit style.
+// microbenchmarks functions and single kernels, %timeit style (a training
+// step: train.BenchStep). It builds on forge alone: the model and training
+// packages may use it, never the reverse.
 //
 //	p := profile.RunN(5, func() { trainer.Step() })
 //	fmt.Println(p.Report(profile.ReportOptions{Top: 12, Peak: profile.Peak()}))
@@ -13,12 +15,12 @@
 //
 // # Recording
 //
-// Run, RunN and Start/Stop install a kernel observer at forge's single
-// dispatch point (forge.SetKernelObserver), chaining any observer
-// installed before, so every kernel of every backend is seen with its
-// name, the code path that ran (Variant), shapes, dtype, phase (forward,
-// backward, optimizer), the FLOPs and bytes it declares, its start and its
-// duration. On the CPU the duration is the wall time of the call; a GPU
+// Run, RunN and Start/Stop install an observer at forge's single
+// dispatch point (forge.SetObserver), chaining any observer installed
+// before, so every kernel of every backend is seen with its name, the
+// code path that ran (Variant), shapes, dtype, phase (forward, backward,
+// optimizer), scope, the FLOPs and bytes it declares, its start and its
+// duration, and every scope as it ends. On the CPU the duration is the wall time of the call; a GPU
 // backend reports device time. While recording, every kernel is timed
 // (two clock reads per call); otherwise the dispatch point costs nothing.
 //
@@ -29,14 +31,13 @@
 //
 // # Scopes and host phases
 //
-// Scope(name, fn) labels the kernels launched inside fn with a path
-// ("blocks.3"; nested scopes join with "/"); gpt.Model marks each
-// transformer block, so a report grouped by scope gives per-layer forward
-// time. Backward kernels run later, inside Backward, outside any scope:
-// they are attributed by phase only ("(backward)"). The label is read when
-// the observer runs, which on the CPU is synchronous, in the launching
-// goroutine; like forge's phase it is process-wide, so profile one
-// goroutine's work at a time. TimeHost(phase, fn) times host work that
+// forge.Scope(name, fn) labels the kernels launched inside fn with a path
+// ("blocks.3"; nested scopes join with "/"), which their records carry;
+// gpt.Model marks each transformer block, so a report grouped by scope
+// gives per-layer forward time. Backward kernels run later, inside
+// Backward, outside any scope: they are attributed by phase only
+// ("(backward)"). Like forge's phase the path is process-wide, so profile
+// one goroutine's work at a time. TimeHost(phase, fn) times host work that
 // launches no kernels, such as loading a batch ("data"), as a phase of its
 // own.
 //
@@ -65,7 +66,7 @@
 //
 // # Errors
 //
-// Recording and reporting never fail. BenchKernel and BenchStep return
-// errors for unknown kernels, bad sizes, unknown configs and kernels the
-// backend does not implement; WriteTrace returns the writer's error.
+// Recording and reporting never fail. BenchKernel returns errors for
+// unknown kernels, bad sizes and kernels the backend does not implement;
+// WriteTrace returns the writer's error.
 package profile

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/forgeml/forge/forge"
-	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/internal/atomicfile"
 	"github.com/forgeml/forge/internal/fmapeak"
 )
@@ -242,11 +241,6 @@ func deviceKey(d *forge.Device) string {
 	return peakKey(peakVersion, d.Name(), cpuModel(), runtime.GOMAXPROCS(0), d.Describe())
 }
 
-// lastVariantOf is the path be's last call of kernel took.
-func lastVariantOf(be backend.Backend, kernel string) string { return be.Variant(kernel) }
-
-func variantOf(be backend.Backend, kernel string) string { return be.Variant(kernel) }
-
 // peakPath is the cache file for key: $FORGE_CACHE_DIR (or the user's
 // cache directory + "forge") / profile / peak-<hash of key>.json.
 func peakPath(key string) (string, error) {
@@ -271,7 +265,7 @@ func calibrateLocked(d *forge.Device, n, copyElems, runs int) (*Roofline, error)
 	runs = max(runs, 1)
 	p := &Roofline{
 		Version: peakVersion, Device: d.Name(), CPU: cpuModel(), Procs: runtime.GOMAXPROCS(0),
-		Variant: variantOf(d.Backend(), "matmul"), Describe: d.Describe(),
+		Variant: d.Variant("matmul"), Describe: d.Describe(),
 		MatmulN: n, CopyBytes: int64(copyElems) * 4, Runs: runs, Measured: time.Now().UTC().Truncate(time.Second),
 	}
 	// d is the default device: the tensors below live on it.

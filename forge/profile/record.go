@@ -7,18 +7,16 @@ import (
 	"time"
 
 	"github.com/forgeml/forge/forge"
-	"github.com/forgeml/forge/forge/profile/scope"
 )
 
-// Record is one kernel call: what the dispatch point reported, plus the
-// scope path current when it ran ("" outside every Scope).
+// Record is one kernel call as the dispatch point reported it, with the
+// forge.Scope path it ran in (Scope; "" outside every scope).
 type Record struct {
 	forge.KernelCall
-	Scope string
 }
 
-// Span is an interval of host time: a Scope (Name is its full path) or a
-// host phase timed by TimeHost (Name is the phase, e.g. "data").
+// Span is an interval of host time: a forge.Scope (Name is its full path)
+// or a host phase timed by TimeHost (Name is the phase, e.g. "data").
 type Span struct {
 	Name     string
 	Start    time.Time
@@ -36,7 +34,7 @@ type Profile struct {
 	Iterations int           // repetitions of the profiled work (≥ 1)
 	Records    []Record      // kernel calls in the order they were reported
 	Spans      []Span        // host phases timed with TimeHost (e.g. "data")
-	Scopes     []Span        // scopes entered with Scope, by full path
+	Scopes     []Span        // scopes entered with forge.Scope, by full path, in order of ending
 }
 
 // FromCalls builds a profile out of kernel calls made elsewhere (an
@@ -69,26 +67,24 @@ type Recorder struct {
 	mu      sync.Mutex
 	p       *Profile
 	chunks  [][]Record // kernel records in chunks: appending never copies old ones
-	prevK   forge.KernelObserver
-	prevS   scope.Observer
+	prev    forge.Observer
 	prevH   hostObserver
 	stopped bool
 }
 
-// Start begins recording every kernel call, Scope and TimeHost until Stop.
+// Start begins recording every kernel call, forge.Scope and TimeHost until
+// Stop: it installs one forge.Observer for the kernels and the scopes.
 // Observers installed before are called in turn (chained) and restored by
 // Stop. Recordings may nest; stop them in the reverse order of starting.
 func Start() *Recorder {
 	r := &Recorder{p: &Profile{Iterations: 1}}
-	r.prevK = forge.SetKernelObserver(r.kernel)
-	r.prevS = scope.SetObserver(r.scope)
+	r.prev = forge.SetObserver(forge.Observer{Kernel: r.kernel, Scope: r.scope})
 	r.prevH = setHostObserver(r.host)
 	r.p.Start = time.Now()
 	return r
 }
 
 func (r *Recorder) kernel(k forge.KernelCall) {
-	sc := scope.Current()
 	r.mu.Lock()
 	if n := len(r.chunks); n == 0 || len(r.chunks[n-1]) == cap(r.chunks[n-1]) {
 		size := 64 // chunks double up to maxChunk: small recordings stay small
@@ -98,19 +94,23 @@ func (r *Recorder) kernel(k forge.KernelCall) {
 		r.chunks = append(r.chunks, make([]Record, 0, size))
 	}
 	last := &r.chunks[len(r.chunks)-1]
-	*last = append(*last, Record{KernelCall: k, Scope: sc})
+	*last = append(*last, Record{KernelCall: k})
 	r.mu.Unlock()
-	if r.prevK != nil {
-		r.prevK(k)
+	if r.prev.Kernel != nil {
+		r.prev.Kernel(k)
 	}
 }
 
-func (r *Recorder) scope(path string, start time.Time, d time.Duration) {
+// scope records s, unless the recording has stopped meanwhile (the scope
+// began while it ran).
+func (r *Recorder) scope(s forge.ScopeSpan) {
 	r.mu.Lock()
-	r.p.Scopes = append(r.p.Scopes, Span{Name: path, Start: start, Duration: d})
+	if !r.stopped {
+		r.p.Scopes = append(r.p.Scopes, Span{Name: s.Path, Start: s.Start, Duration: s.Duration})
+	}
 	r.mu.Unlock()
-	if r.prevS != nil {
-		r.prevS(path, start, d)
+	if r.prev.Scope != nil {
+		r.prev.Scope(s)
 	}
 }
 
@@ -133,8 +133,7 @@ func (r *Recorder) Stop() *Profile {
 		return r.p
 	}
 	r.stopped = true
-	forge.SetKernelObserver(r.prevK)
-	scope.SetObserver(r.prevS)
+	forge.SetObserver(r.prev)
 	setHostObserver(r.prevH)
 	r.p.Wall = end.Sub(r.p.Start)
 	n := 0
@@ -169,17 +168,6 @@ func RunN(n int, fn func()) *Profile {
 	p.Iterations = max(n, 1)
 	return p
 }
-
-// Scope runs fn with name pushed onto the scope stack: kernels launched in
-// fn are recorded with the path of enclosing scopes joined by "/"
-// ("blocks.2/attn"), and the scope itself appears in traces. gpt.Model
-// marks each transformer block ("blocks.N") this way.
-//
-// Scopes attribute kernels that run inside fn: the forward pass. The
-// backward kernels of those layers run later, inside Backward, and carry
-// no scope (reports show them by phase only). Outside a recording Scope
-// only calls fn.
-func Scope(name string, fn func()) { scope.Do(name, fn) }
 
 // hostObserver receives host spans.
 type hostObserver func(Span)

@@ -7,19 +7,25 @@ import (
 	"github.com/forgeml/forge/forge"
 )
 
+// TestRunRecordsChainsAndRestores: a recording sees every kernel with its
+// scope, and every scope; an observer installed before it still receives
+// both meanwhile, and is installed again afterwards.
 func TestRunRecordsChainsAndRestores(t *testing.T) {
-	var seen []string
-	outer := forge.KernelObserver(func(k forge.KernelCall) { seen = append(seen, k.Kernel) })
-	before := forge.SetKernelObserver(outer)
-	defer forge.SetKernelObserver(before)
+	var seen, seenScopes []string
+	outer := forge.Observer{
+		Kernel: func(k forge.KernelCall) { seen = append(seen, k.Kernel) },
+		Scope:  func(s forge.ScopeSpan) { seenScopes = append(seenScopes, s.Path) },
+	}
+	before := forge.SetObserver(outer)
+	defer forge.SetObserver(before)
 
 	a, b := forge.Randn(4, 8), forge.Randn(8, 3)
 	seen = nil
 	p := Run(func() {
 		TimeHost("data", func() {})
-		Scope("outer", func() {
+		forge.Scope("outer", func() {
 			a.MatMul(b) // (4, 3)
-			Scope("inner", func() { a.Exp() })
+			forge.Scope("inner", func() { a.Exp() })
 		})
 		a.Neg()
 	})
@@ -33,8 +39,8 @@ func TestRunRecordsChainsAndRestores(t *testing.T) {
 	if want := []string{"matmul@outer", "unary.exp@outer/inner", "unary.neg@"}; !slices.Equal(kernels(), want) {
 		t.Errorf("records %v, want %v", kernels(), want)
 	}
-	if !slices.Equal(seen, []string{"matmul", "unary.exp", "unary.neg"}) {
-		t.Errorf("the previous observer saw %v", seen)
+	if !slices.Equal(seen, []string{"matmul", "unary.exp", "unary.neg"}) || !slices.Equal(seenScopes, []string{"outer/inner", "outer"}) {
+		t.Errorf("the previous observer saw kernels %v, scopes %v", seen, seenScopes)
 	}
 	mm := p.Records[0]
 	if mm.FLOPs != 2*4*8*3 || mm.Device != "cpu" || mm.Phase != forge.PhaseForward || mm.Duration <= 0 || mm.Start.Before(p.Start) {
@@ -54,19 +60,28 @@ func TestRunRecordsChainsAndRestores(t *testing.T) {
 		t.Errorf("wall %v, kernels %v, outside %v", p.Wall, p.KernelTime(), p.Outside())
 	}
 	// Run restored the observer it found.
-	if got := forge.SetKernelObserver(outer); got == nil {
-		t.Error("the previous observer was not restored")
+	seen, seenScopes = nil, nil
+	forge.Scope("after", func() { a.Neg() })
+	if len(seen) != 1 || !slices.Equal(seenScopes, []string{"after"}) || len(p.Records) != 3 || len(p.Scopes) != 2 {
+		t.Errorf("after Run: outer saw %v and %v, profile has %d records, %d scopes", seen, seenScopes, len(p.Records), len(p.Scopes))
 	}
-	seen = nil
-	a.Neg()
-	if len(seen) != 1 || len(p.Records) != 3 {
-		t.Errorf("after Run: outer saw %v, profile has %d records", seen, len(p.Records))
-	}
-	// Outside a recording Scope and TimeHost only call fn.
+	forge.SetObserver(forge.Observer{})
+	// Outside a recording forge.Scope and TimeHost only call fn.
 	ran := 0
-	Scope("x", func() { TimeHost("y", func() { ran++ }) })
+	forge.Scope("x", func() { TimeHost("y", func() { ran++ }) })
 	if ran != 1 {
 		t.Error("Scope/TimeHost did not call fn")
+	}
+}
+
+// TestStopInsideScope: a scope that ends after its recording stopped does
+// not change the profile Stop returned.
+func TestStopInsideScope(t *testing.T) {
+	r := Start()
+	var p *Profile
+	forge.Scope("s", func() { p = r.Stop() })
+	if len(p.Scopes) != 0 {
+		t.Errorf("a stopped recording gained scopes %+v", p.Scopes)
 	}
 }
 

@@ -13,8 +13,9 @@ const module = "github.com/forgeml/forge/"
 // The layering of DESIGN.md: forge (the API and autograd) → forge/backend
 // (the interface) ← forge/cpu, metal (the implementations), which
 // register through forge/backends; nn, gpt, optim and train use only
-// forge's public API; the front ends import no backend package beyond the
-// registering one. forge/half (float16 and bfloat16 conversions) is a
+// forge's public API; forge/profile sits on forge, below the model and
+// training packages; the front ends import no backend package beyond
+// the registering one. forge/half (float16 and bfloat16 conversions) is a
 // leaf anyone may use.
 var (
 	// implementations are the backend packages and what only they use.
@@ -28,6 +29,9 @@ var (
 		{pkgs: []string{"forge"}, only: []string{"forge/backend", "forge/half"}},
 		{pkgs: []string{"forge/cpu", "metal", "metal/*", "kernels"}, forbid: []string{"forge", "forge/nn", "forge/gpt", "forge/optim", "forge/train"}},
 		{pkgs: []string{"forge/nn", "forge/gpt", "forge/optim", "forge/train"}, forbid: append([]string{"forge/backend"}, implementations...)},
+		// The profiler is a low layer, beside forge: the model and training
+		// packages may use it (train.BenchStep does), never the reverse.
+		{pkgs: []string{"forge/profile"}, forbid: append([]string{"forge/nn", "forge/gpt", "forge/optim", "forge/train"}, implementations...)},
 		{pkgs: []string{"cli", "repl", "notebook"}, forbid: []string{"forge/backend", "forge/cpu", "metal", "metal/*", "kernels"}},
 	}
 )

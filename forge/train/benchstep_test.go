@@ -1,4 +1,4 @@
-package profile
+package train
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/profile"
 )
 
 // TestTinyStepProfile profiles real training steps of the tiny config.
@@ -16,17 +17,17 @@ func TestTinyStepProfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the tiny model")
 	}
-	tr, err := newStepTrainer("tiny", 0)
+	tr, err := newBenchTrainer("tiny", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr.Step() // warm-up
 	const n = 2
-	p := RunN(n, func() { tr.Step() })
-	r := p.Report(ReportOptions{Top: 10})
+	p := profile.RunN(n, func() { tr.Step() })
+	r := p.Report(profile.ReportOptions{Top: 10})
 	t.Logf("tiny step, %d steps profiled:\n%s", n, r)
 	t.Logf("per step: wall %s = kernels %s + outside %s; kernels are %.1f %% of the wall",
-		fmtDur(r.Wall), fmtDur(r.Kernel), fmtDur(r.Outside), 100*r.KernelShare)
+		r.Wall, r.Kernel, r.Outside, 100*r.KernelShare)
 
 	if p.Iterations != n || len(p.Records) == 0 || p.KernelTime() <= 0 || p.KernelTime() > p.Wall {
 		t.Fatalf("%d records, kernels %v, wall %v", len(p.Records), p.KernelTime(), p.Wall)
@@ -76,7 +77,7 @@ func TestTinyStepProfile(t *testing.T) {
 	if len(flops) != c.Layers {
 		t.Errorf("scopes with matmuls: %v", flops)
 	}
-	sc := p.Report(ReportOptions{Group: GroupScope})
+	sc := p.Report(profile.ReportOptions{Group: profile.GroupScope})
 	t.Logf("by scope:\n%s", sc)
 	if len(p.Scopes) != n*c.Layers {
 		t.Errorf("%d scope spans, want %d", len(p.Scopes), n*c.Layers)
@@ -86,14 +87,14 @@ func TestTinyStepProfile(t *testing.T) {
 // BenchmarkStepPlain and BenchmarkStepProfiled measure the profiler's
 // overhead on a tiny training step:
 //
-//	go test -run '^$' -bench 'Step(Plain|Profiled)' -count 6 ./forge/profile
+//	go test -run '^$' -bench 'Step(Plain|Profiled)' -count 6 ./forge/train
 func BenchmarkStepPlain(b *testing.B) { benchStep(b, false) }
 
 // BenchmarkStepProfiled records every step with Run.
 func BenchmarkStepProfiled(b *testing.B) { benchStep(b, true) }
 
 func benchStep(b *testing.B, profiled bool) {
-	tr, err := newStepTrainer("tiny", 0)
+	tr, err := newBenchTrainer("tiny", 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,39 +103,12 @@ func benchStep(b *testing.B, profiled bool) {
 	calls := 0
 	for b.Loop() {
 		if profiled {
-			calls += len(Run(func() { tr.Step() }).Records)
+			calls += len(profile.Run(func() { tr.Step() }).Records)
 		} else {
 			tr.Step()
 		}
 	}
 	if profiled {
 		b.ReportMetric(float64(calls)/float64(b.N), "kernels/op")
-	}
-}
-
-// BenchmarkTinyKernelsPlain and BenchmarkTinyKernelsProfiled measure what
-// recording adds per kernel call (two clock reads, the record, the scope
-// lookup): one op is 283 launches of a kernel on 8 elements — a tiny
-// step's count — so that the difference between the two, divided by 283,
-// is the cost per kernel, resolvable even on a machine too noisy to
-// resolve it from whole steps.
-func BenchmarkTinyKernelsPlain(b *testing.B) { benchTinyKernels(b, false) }
-
-// BenchmarkTinyKernelsProfiled records each batch of 283 calls with Run.
-func BenchmarkTinyKernelsProfiled(b *testing.B) { benchTinyKernels(b, true) }
-
-func benchTinyKernels(b *testing.B, profiled bool) {
-	x := forge.Randn(8)
-	calls := func() {
-		for range 283 {
-			x.Neg()
-		}
-	}
-	for b.Loop() {
-		if profiled {
-			Run(calls)
-		} else {
-			calls()
-		}
 	}
 }

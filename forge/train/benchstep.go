@@ -1,4 +1,7 @@
-package profile
+package train
+
+// Step benchmarks: full training steps of a config, timed %timeit style
+// with forge/profile's Bench and, on request, profiled kernel by kernel.
 
 import (
 	"fmt"
@@ -7,34 +10,34 @@ import (
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
-	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/internal/numfmt"
 )
 
-// StepOptions control BenchStep.
-type StepOptions struct {
-	Bench        BenchOptions // timing of the plain step (default budget 1 s, at least 3 steps)
-	Profile      bool         // also record a profile of ProfileSteps steps
-	ProfileSteps int          // default 5
-	Seed         uint64       // weights and the batch
+// BenchStepOptions control BenchStep.
+type BenchStepOptions struct {
+	Bench        profile.BenchOptions // timing of the plain step (default budget 1 s, at least 3 steps)
+	Profile      bool                 // also record a profile of ProfileSteps steps
+	ProfileSteps int                  // default 5
+	Seed         uint64               // weights and the batch
 }
 
-// StepResult is the benchmark of one training step of a config.
-type StepResult struct {
+// BenchStepResult is the benchmark of one training step of a config.
+type BenchStepResult struct {
 	Config  string  `json:"config"`
 	Params  int     `json:"params"`
 	Batch   int     `json:"batch"`
 	Context int     `json:"context"`
 	Tokens  int     `json:"tokens"` // per step
 	FLOPs   float64 `json:"flops"`  // per step: the model's estimate (6·params + attention, per token)
-	BenchResult
-	TokensPerSec float64  `json:"tokens_per_sec"` // at the median step time
-	GFLOPS       float64  `json:"gflops"`         // at the median step time
-	Profile      *Profile `json:"-"`              // with StepOptions.Profile
+	profile.BenchResult
+	TokensPerSec float64          `json:"tokens_per_sec"` // at the median step time
+	GFLOPS       float64          `json:"gflops"`         // at the median step time
+	Profile      *profile.Profile `json:"-"`              // with BenchStepOptions.Profile
 }
 
 // String is a summary line and the %timeit line.
-func (s *StepResult) String() string {
+func (s *BenchStepResult) String() string {
 	return fmt.Sprintf("step %s: %s parameters, batch %d × context %d = %d tokens, %.2f GFLOP/step: %.0f tokens/s, %.1f GFLOP/s\n  %s",
 		s.Config, numfmt.Thousands(s.Params), s.Batch, s.Context, s.Tokens, s.FLOPs/1e9, s.TokensPerSec, s.GFLOPS,
 		strings.Replace(s.BenchResult.String(), "per loop", "per step", 1))
@@ -46,14 +49,14 @@ func (s *StepResult) String() string {
 // learning rate, as tests/benchtrain and the PyTorch baseline do. With
 // opts.Profile it then records ProfileSteps more steps; the batch loading
 // shows as the host phase "data" and each block's forward kernels as the
-// scope "blocks.N".
-func BenchStep(config string, opts StepOptions) (*StepResult, error) {
-	tr, err := newStepTrainer(config, opts.Seed)
+// scope "blocks.N". It returns errors for unknown configs.
+func BenchStep(config string, opts BenchStepOptions) (*BenchStepResult, error) {
+	tr, err := newBenchTrainer(config, opts.Seed)
 	if err != nil {
 		return nil, err
 	}
 	cfg := tr.Config
-	res := &StepResult{
+	res := &BenchStepResult{
 		Config: cfg.Name, Params: nn.Count(tr.Model), Batch: cfg.Batch, Context: cfg.Model.Context,
 		Tokens: cfg.TokensPerStep(),
 	}
@@ -64,7 +67,7 @@ func BenchStep(config string, opts StepOptions) (*StepResult, error) {
 		bo.Sync = dev.Sync
 	}
 	bo.Loops = max(bo.Loops, 1)
-	res.BenchResult = Bench(func() { tr.Step() }, bo)
+	res.BenchResult = profile.Bench(func() { tr.Step() }, bo)
 	if s := res.Median.Seconds(); s > 0 {
 		res.TokensPerSec = float64(res.Tokens) / s
 		res.GFLOPS = res.FLOPs / s / 1e9
@@ -74,7 +77,7 @@ func BenchStep(config string, opts StepOptions) (*StepResult, error) {
 		if n <= 0 {
 			n = 5
 		}
-		res.Profile = RunN(n, func() {
+		res.Profile = profile.RunN(n, func() {
 			tr.Step()
 			dev.Sync()
 		})
@@ -82,18 +85,18 @@ func BenchStep(config string, opts StepOptions) (*StepResult, error) {
 	return res, nil
 }
 
-// fixedBatch serves one batch forever, timing each draw as host phase "data".
-type fixedBatch struct{ x, y []int32 }
+// benchBatch serves one batch forever, timing each draw as host phase "data".
+type benchBatch struct{ x, y []int32 }
 
-func (f fixedBatch) Next() (x, y []int32) {
-	TimeHost("data", func() { x, y = f.x, f.y })
+func (f benchBatch) Next() (x, y []int32) {
+	profile.TimeHost("data", func() { x, y = f.x, f.y })
 	return x, y
 }
 
-// newStepTrainer builds a trainer of config on one fixed batch of uniform
+// newBenchTrainer builds a trainer of config on one fixed batch of uniform
 // random tokens, lr 3e-4 with no schedule and no gradient accumulation.
-func newStepTrainer(config string, seed uint64) (*train.Trainer, error) {
-	cfg, err := train.LoadConfig(config)
+func newBenchTrainer(config string, seed uint64) (*Trainer, error) {
+	cfg, err := LoadConfig(config)
 	if err != nil {
 		return nil, err
 	}
@@ -109,5 +112,5 @@ func newStepTrainer(config string, seed uint64) (*train.Trainer, error) {
 		row := data[b*(T+1) : (b+1)*(T+1)]
 		x, y = append(x, row[:T]...), append(y, row[1:]...)
 	}
-	return train.NewTrainer(cfg, m, fixedBatch{x, y}, nil)
+	return NewTrainer(cfg, m, benchBatch{x, y}, nil)
 }
