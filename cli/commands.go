@@ -69,29 +69,15 @@ func cmdTrain(e *env, args []string) error {
 	}
 	dataFiles = append(dataFiles, pos...)
 	dir := *runDir
-	var cfgp *train.Config
-	exists := dir != "" && train.Exists(dir)
-	configGiven := flagSet(fs, "config")
-	if !exists || configGiven {
-		cfg, err := train.LoadConfig(*config)
-		if err != nil {
+	if dir == "" {
+		if dir, err = train.DefaultRunDir(*config); err != nil {
 			return err
 		}
-		if *tok != "" {
-			cfg.Tokenizer = *tok
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-		}
-		if dir == "" {
-			dir = filepath.Join("runs", cfg.Name)
-			exists = train.Exists(dir)
-		}
-		if !exists || configGiven {
-			cfgp = &cfg
-		}
 	}
-	opts := train.OpenOptions{Config: cfgp, Log: e.stderr, Data: dataFiles}
+	opts := train.OpenOptions{DefaultConfigName: *config, Tokenizer: *tok, Log: e.stderr, Data: dataFiles}
+	if flagSet(fs, "config") {
+		opts.ConfigName = *config
+	}
 	if *quiet {
 		opts.Log = nil
 	}
@@ -121,50 +107,29 @@ func cmdTrain(e *env, args []string) error {
 	ctx, stop := e.interruptContext()
 	defer stop()
 	p := newProgress(e.stderr, n, *quiet)
-	first := s.Trainer.StepCount()
-	start := time.Now()
-	done, err := s.Train(ctx, n, p.update)
+	_, err = s.Train(ctx, n, p.update)
 	p.finish()
 	if err != nil {
 		return err
 	}
-	h := s.Trainer.History.Steps
-	el := time.Since(start)
-	if done == 0 {
+	sum := s.LastRun()
+	if sum.Steps() == 0 {
 		fmt.Fprintf(e.stdout, "stopped before the first step; %s is unchanged\n", dir)
 		return nil
 	}
-	recent := h[len(h)-done:]
-	tokens := int64(done) * int64(cfg.TokensPerStep())
-	fmt.Fprintf(e.stdout, "%s: steps %d→%d in %s (%.0f tokens/s)  loss %.4f → %.4f",
-		cfg.Name, first, s.Trainer.StepCount(), el.Round(100*time.Millisecond), float64(tokens)/el.Seconds(), recent[0].Loss, meanLoss(recent, 10))
-	if v := s.Trainer.History.LastVal(); v != nil {
-		fmt.Fprintf(e.stdout, "  val %.4f", *v.ValLoss)
-	}
-	fmt.Fprintln(e.stdout)
-	if len(h) > 1 {
+	fmt.Fprintf(e.stdout, "%s: %s\n", cfg.Name, sum)
+	if h := s.Trainer.History.Steps; len(h) > 1 {
 		losses := make([]float64, len(h))
 		for i, m := range h {
 			losses[i] = m.Loss
 		}
 		fmt.Fprintf(e.stdout, "loss over steps 1→%d: %s\n", h[len(h)-1].Step, termplot.Sparkline(losses, 60))
 	}
-	if ctx.Err() != nil {
-		fmt.Fprintf(e.stdout, "interrupted at step %d; ", s.Trainer.StepCount())
+	if sum.Interrupted {
+		fmt.Fprintf(e.stdout, "interrupted at step %d; ", sum.To)
 	}
 	fmt.Fprintf(e.stdout, "saved %s (resume: forge train --run %s; sample: forge generate --run %s)\n", dir, dir, dir)
 	return nil
-}
-
-// meanLoss is the mean training loss of the last k records (less noisy
-// than the last one).
-func meanLoss(h []train.Metrics, k int) float64 {
-	k = min(k, len(h))
-	s := 0.0
-	for _, m := range h[len(h)-k:] {
-		s += m.Loss
-	}
-	return s / float64(k)
 }
 
 func cmdGenerate(e *env, args []string) error {

@@ -166,20 +166,9 @@ func (s *Session) needRun() error {
 // built-in corpus) if dir holds no run yet. A directory of `forge prepare`
 // as the one data file is used as prepared token files.
 func (s *Session) Open(dir, config string, dataFiles []string) error {
-	exists := train.Exists(dir)
-	opts := train.OpenOptions{Log: s.opts.Log, Data: dataFiles}
+	opts := train.OpenOptions{ConfigName: config, DefaultConfigName: "tiny", Log: s.opts.Log, Data: dataFiles}
 	if opts.Log == nil {
 		opts.Log = s.stderr
-	}
-	if !exists || config != "" {
-		if config == "" {
-			config = "tiny"
-		}
-		cfg, err := train.LoadConfig(config)
-		if err != nil {
-			return err
-		}
-		opts.Config = &cfg
 	}
 	if s.run != nil && sameDir(s.run.Dir, dir) {
 		s.Close() // the run holds its directory's lock: reopening it needs it back

@@ -112,8 +112,6 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 // with train.ErrStop.
 func (s *Session) train(ctx context.Context, n int, opts train.RunOptions, stop train.Callback) error {
 	r := s.run
-	first := r.Trainer.StepCount()
-	start := time.Now()
 	live := newLiveLine(s, n)
 	cb := func(m train.Metrics) error {
 		live.update(m)
@@ -122,42 +120,25 @@ func (s *Session) train(ctx context.Context, n int, opts train.RunOptions, stop 
 		}
 		return nil
 	}
-	done, err := r.TrainWith(ctx, n, opts, cb)
+	_, err := r.TrainWith(ctx, n, opts, cb)
 	live.finish()
 	if err != nil {
 		return err
 	}
 	s.savedStep = r.Trainer.StepCount()
-	if done == 0 {
+	sum := r.LastRun()
+	if sum.Steps() == 0 {
 		fmt.Fprintln(s.stdout, "interrupted before the first step; the run is unchanged")
 		return nil
 	}
-	h := r.Trainer.History.Steps
-	recent := h[len(h)-done:]
-	el := time.Since(start)
-	tokens := float64(done) * float64(r.Config.TokensPerStep())
-	last := recent[len(recent)-1]
-	fmt.Fprintf(s.stdout, "steps %d→%d in %s (%s tok/s): loss %.4f → %.4f, lr %.2e", first, r.Trainer.StepCount(),
-		el.Round(10*time.Millisecond), termplot.Kilo(tokens/el.Seconds()), recent[0].Loss, last.Loss, last.LR)
-	if last.ValLoss != nil {
-		fmt.Fprintf(s.stdout, ", val %.4f", *last.ValLoss)
+	fmt.Fprintln(s.stdout, sum)
+	if len(sum.Losses) > 1 {
+		fmt.Fprintf(s.stdout, "loss %s\n", termplot.Sparkline(sum.Losses, min(60, s.width()-6)))
 	}
-	fmt.Fprintln(s.stdout)
-	if len(recent) > 1 {
-		fmt.Fprintf(s.stdout, "loss %s\n", termplot.Sparkline(losses(recent), min(60, s.width()-6)))
-	}
-	if ctx.Err() != nil {
-		fmt.Fprintf(s.stdout, "interrupted at step %d; saved\n", r.Trainer.StepCount())
+	if sum.Interrupted {
+		fmt.Fprintf(s.stdout, "interrupted at step %d; saved\n", sum.To)
 	}
 	return nil
-}
-
-func losses(h []train.Metrics) []float64 {
-	out := make([]float64, len(h))
-	for i, m := range h {
-		out[i] = m.Loss
-	}
-	return out
 }
 
 // liveLine redraws one status line (at most 10 times a second) on a

@@ -70,6 +70,7 @@ type Session struct {
 	lock     *runLock
 
 	tokenSums map[string]FileSum // the token files as the run was created
+	lastRun   Summary
 }
 
 // OpenOptions configure Open.
@@ -79,6 +80,18 @@ type OpenOptions struct {
 	// batch shape; its other fields (steps, lr, schedule, eval and save
 	// cadence) replace the saved ones.
 	Config *Config
+	// ConfigName is Config by name, loaded by Open when Config is nil: an
+	// embedded config ("tiny", "small", …) or a .json file (LoadConfig).
+	// "" keeps an existing run's saved config.
+	ConfigName string
+	// DefaultConfigName is the config of a new run when neither Config
+	// nor ConfigName is given ("": DefaultConfig). The front ends pass
+	// "tiny".
+	DefaultConfigName string
+	// Tokenizer, when set, replaces the tokenizer ("bpe" or "char") of the
+	// config Open creates the run with or is given; a resumed run keeps
+	// its own.
+	Tokenizer string
 	// Texts is the training text of a new run (nil: the built-in corpus).
 	Texts []string
 	// Source describes the texts for data/source.json ("austen", file names).
@@ -99,6 +112,49 @@ type OpenOptions struct {
 	Data []string
 }
 
+// loadConfig sets Config from ConfigName, or for a new run from
+// DefaultConfigName, and applies Tokenizer to it.
+func (o *OpenOptions) loadConfig(dir string) error {
+	name := o.ConfigName
+	if name == "" && !Exists(dir) {
+		name = o.DefaultConfigName
+	}
+	if o.Config == nil && name != "" {
+		cfg, err := LoadConfig(name)
+		if err != nil {
+			return err
+		}
+		o.Config = &cfg
+	}
+	if o.Tokenizer == "" {
+		return nil
+	}
+	if o.Config == nil {
+		if Exists(dir) {
+			return nil // a resumed run keeps its tokenizer
+		}
+		cfg := DefaultConfig()
+		o.Config = &cfg
+	}
+	cfg := *o.Config
+	cfg.Tokenizer = o.Tokenizer
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	o.Config = &cfg
+	return nil
+}
+
+// DefaultRunDir is the directory a run of the named config goes in when
+// none is given: runs/<the config's name>.
+func DefaultRunDir(config string) (string, error) {
+	cfg, err := LoadConfig(config)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join("runs", cfg.Name), nil
+}
+
 // ErrRunHasData is wrapped by Open's error when Data is given for a run
 // that already exists.
 var ErrRunHasData = errors.New("the run already has its data")
@@ -115,6 +171,9 @@ func Exists(dir string) bool {
 // or another, is refused with the holder's pid and command. Leftovers of
 // interrupted writes (checkpoints/.tmp-*, temporary files) are removed.
 func Open(dir string, opts OpenOptions) (*Session, error) {
+	if err := opts.loadConfig(dir); err != nil {
+		return nil, err
+	}
 	s := &Session{Dir: dir, log: opts.Log}
 	if s.log == nil {
 		s.log = io.Discard
@@ -598,7 +657,9 @@ func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error
 // TrainWith is Train with options (RunOptions).
 func (s *Session) TrainWith(ctx context.Context, n int, opts RunOptions, cbs ...Callback) (int, error) {
 	all := append([]Callback{s.record}, cbs...)
+	from, start := s.Trainer.StepCount(), time.Now()
 	done, err := s.Trainer.RunWith(ctx, n, opts, all...)
+	s.summarize(from, done, start, ctx.Err() != nil)
 	// A diverged run keeps its last checkpoint: the steps since led there.
 	// Unless nothing happened since the last save: a step skipped for a
 	// non-finite gradient (float16's loss scaling) changes the state too.

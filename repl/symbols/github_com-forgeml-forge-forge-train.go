@@ -22,6 +22,7 @@ func init() {
 		"DefaultLossScale":       reflect.ValueOf(constant.MakeFromLiteral("65536", token.INT, 0)),
 		"DefaultLossScaleWindow": reflect.ValueOf(constant.MakeFromLiteral("2000", token.INT, 0)),
 		"DefaultMaxNonFinite":    reflect.ValueOf(constant.MakeFromLiteral("3", token.INT, 0)),
+		"DefaultRunDir":          reflect.ValueOf(train.DefaultRunDir),
 		"ErrDiverged":            reflect.ValueOf(&train.ErrDiverged).Elem(),
 		"ErrRunHasData":          reflect.ValueOf(&train.ErrRunHasData).Elem(),
 		"ErrStop":                reflect.ValueOf(&train.ErrStop).Elem(),
@@ -61,6 +62,7 @@ func init() {
 		"Session":          reflect.ValueOf((*train.Session)(nil)),
 		"Snapshot":         reflect.ValueOf((*train.Snapshot)(nil)),
 		"State":            reflect.ValueOf((*train.State)(nil)),
+		"Summary":          reflect.ValueOf((*train.Summary)(nil)),
 		"Trainer":          reflect.ValueOf((*train.Trainer)(nil)),
 
 		// interface wrapper definitions
