@@ -516,7 +516,7 @@ func TestHalfFill(t *testing.T) {
 func TestHalfUnary(t *testing.T) {
 	e := newOpsEnv(t)
 	for _, dt := range halfTypes {
-		for op := backend.Neg; op <= backend.Sign; op++ {
+		for op := backend.Neg; op < backend.NumUnaryOps; op++ {
 			ss := unaryScalars[op]
 			if ss == nil {
 				ss = []backend.Scalars{{}}
@@ -564,7 +564,7 @@ func TestHalfUnary(t *testing.T) {
 func TestHalfBinary(t *testing.T) {
 	e := newOpsEnv(t)
 	for _, dt := range halfTypes {
-		for op := backend.Add; op <= backend.Ge; op++ {
+		for op := backend.Add; op < backend.NumBinaryOps; op++ {
 			worst, exact, cnt := 0.0, 0.0, 0
 			for _, c := range binaryCases {
 				ga, gb := e.binaryInputs(op)

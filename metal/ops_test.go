@@ -326,7 +326,7 @@ var unaryScalars = map[backend.UnaryOp][]backend.Scalars{
 
 func TestOpsUnary(t *testing.T) {
 	e := newOpsEnv(t)
-	for op := backend.Neg; op <= backend.Sign; op++ {
+	for op := backend.Neg; op < backend.NumUnaryOps; op++ {
 		ss := unaryScalars[op]
 		if ss == nil {
 			ss = []backend.Scalars{{}}
@@ -350,7 +350,7 @@ func TestOpsUnary(t *testing.T) {
 
 func TestOpsUnaryGrad(t *testing.T) {
 	e := newOpsEnv(t)
-	for op := backend.Neg; op <= backend.Sign; op++ {
+	for op := backend.Neg; op < backend.NumUnaryOps; op++ {
 		ss := unaryScalars[op]
 		if ss == nil {
 			ss = []backend.Scalars{{}}
@@ -396,7 +396,7 @@ func (e *opsEnv) binaryInputs(op backend.BinaryOp) (ga, gb func(int) float64) {
 
 func TestOpsBinary(t *testing.T) {
 	e := newOpsEnv(t)
-	for op := backend.Add; op <= backend.Ge; op++ {
+	for op := backend.Add; op < backend.NumBinaryOps; op++ {
 		worst := 0.0
 		for _, c := range binaryCases {
 			ga, gb := e.binaryInputs(op)
@@ -452,7 +452,7 @@ func TestOpsReduce(t *testing.T) {
 		{manyDims(), 5},
 		{manyDims(), 9},
 	}
-	for op := backend.ReduceSum; op <= backend.ReduceArgMin; op++ {
+	for op := backend.ReduceSum; op < backend.NumReduceOps; op++ {
 		worst := 0.0
 		for _, c := range cases {
 			gen := e.normal
@@ -822,6 +822,29 @@ func TestOpsEmpty(t *testing.T) {
 	e.compare("ops on no elements", none, 0)
 	e.compare("max over no rows", dst, 0)
 	wantPanic(t, "max over an empty extent", func() { e.dev.Reduce(backend.ReduceMax, dst.dev, src.dev, 1) }, "")
+}
+
+// TestOpsUnknownOp: an op number past the last (backend.NumUnaryOps, …)
+// panics naming the kernel, before any table is indexed with it; and the
+// dispatch labels cover every op.
+func TestOpsUnknownOp(t *testing.T) {
+	b := &Backend{} // no device: the checks come first
+	v := backend.View{Buf: f64Buf{}, Shape: []int{2}, Strides: []int{1}}
+	wantPanic(t, "unary", func() { b.Unary(backend.NumUnaryOps, backend.Scalars{}, v, v) }, "metal: unary_f32: unknown op")
+	wantPanic(t, "unary_grad", func() { b.UnaryGrad(backend.NumUnaryOps, backend.Scalars{}, v, v, v, v) }, "metal: unary_grad_f32: unknown op")
+	wantPanic(t, "binary", func() { b.Binary(backend.NumBinaryOps, v, v, v) }, "metal: binary_f32: unknown op")
+	for _, dt := range floatTypes {
+		for name, l := range map[string]struct{ got, want int }{
+			"unary":      {len(unaryLabels[dt]), int(backend.NumUnaryOps)},
+			"unary_grad": {len(unaryGradLabels[dt]), int(backend.NumUnaryOps)},
+			"binary":     {len(binaryLabels[dt]), int(backend.NumBinaryOps)},
+			"reduce":     {len(reduceLabels[dt]), int(backend.NumReduceOps)},
+		} {
+			if l.got != l.want {
+				t.Errorf("%s %v: %d dispatch labels for %d ops", name, dt, l.got, l.want)
+			}
+		}
+	}
 }
 
 // TestOpsKernelNames checks that every kernel the ops launch is defined in

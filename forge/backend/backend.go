@@ -169,7 +169,8 @@ const (
 	RDivScalar                // A/x
 	Square                    // x²
 	Sign                      // -1, 0, 1
-	numUnaryOps
+	// NumUnaryOps is the number of unary ops (not an op).
+	NumUnaryOps
 )
 
 var unaryNames = [...]string{"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu",
@@ -201,7 +202,8 @@ const (
 	Le
 	Gt
 	Ge
-	numBinaryOps
+	// NumBinaryOps is the number of binary ops (not an op).
+	NumBinaryOps
 )
 
 var binaryNames = [...]string{"add", "sub", "mul", "div", "pow", "maximum", "minimum",
@@ -223,6 +225,8 @@ const (
 	ReduceMin
 	ReduceArgMax // index of the first maximum; dst is Int32
 	ReduceArgMin // index of the first minimum; dst is Int32
+	// NumReduceOps is the number of reductions (not an op).
+	NumReduceOps
 )
 
 var reduceNames = [...]string{"sum", "max", "min", "argmax", "argmin"}
