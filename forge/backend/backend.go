@@ -147,6 +147,12 @@ func ContiguousStrides(shape []int) []int {
 
 // UnaryOp names an elementwise function of one argument. Param A and B are
 // the op's scalar parameters where it has any.
+//
+// The ops are numbered in order from 0, a new one added at the end (before
+// NumUnaryOps), and String gives each its name: the kernels/forge_ops.h
+// header that Metal's kernels switch on is generated from this block and
+// the names (go generate ./kernels/), as U_<NAME> = number; likewise for
+// BinaryOp (B_) and ReduceOp (R_).
 type UnaryOp uint8
 
 const (
