@@ -8,7 +8,6 @@ package metal
 // device-side clip (GradClip, AdamWClipped) against the CPU's.
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -24,14 +23,6 @@ import (
 	"github.com/forgeml/forge/forge/train"
 	"github.com/forgeml/forge/metal/emu"
 )
-
-// trainKernels are the kernels a GPT training step reaches beyond the
-// elementwise, reduction and matmul ones.
-var trainKernels = []string{
-	"RMSNorm", "RMSNormBackward", "RoPE", "Attention", "AttentionBackward",
-	"CrossEntropy", "CrossEntropyBackward", "IndexSelect", "IndexAdd",
-	"SwiGLU", "SwiGLUBackward", "SumSquares", "AdamW",
-}
 
 // seqBatches serves batches of a seeded random token stream: x a window,
 // y the window shifted by one — the same batches for every device.
@@ -150,25 +141,6 @@ func trainRun(dev *forge.Device, cfg train.Config, steps int) (ms []train.Metric
 	return ms, weights, st, err
 }
 
-// pendingOrFail skips the test if err is a kernel the backend declares
-// pending, naming every pending kernel training needs, and fails it
-// otherwise.
-func pendingOrFail(t *testing.T, b *Backend, err error) {
-	t.Helper()
-	var ni backend.ErrNotImplemented
-	pending := b.PendingKernels()
-	if errors.As(err, &ni) && slices.Contains(pending, ni.Kernel) {
-		var need []string
-		for _, k := range trainKernels {
-			if slices.Contains(pending, k) {
-				need = append(need, k)
-			}
-		}
-		t.Skipf("training reached %s, which Metal has not implemented yet (PendingKernels); pending kernels training needs: %v", ni.Kernel, need)
-	}
-	t.Fatalf("training on %s: %v", b.Name(), err)
-}
-
 // TestTrainMatchesCPU trains the tiny GPT for five steps on metal-emu and on
 // the CPU: the losses must agree within 1e-4 relative, and each step must
 // be one command buffer and one wait. With GradAccum 2 (two steps), each
@@ -188,7 +160,7 @@ func TestTrainMatchesCPU(t *testing.T) {
 			}
 			got, gotW, st, err := trainRun(dev, cfg, tc.steps)
 			if err != nil {
-				pendingOrFail(t, mb, err)
+				t.Fatalf("training on %s: %v", mb.Name(), err)
 			}
 			clipped := 0
 			for i := range want {
@@ -374,7 +346,7 @@ func TestTrainStepProfile(t *testing.T) {
 		cbs, dispatches = after.CommandBuffers-before.CommandBuffers, after.Dispatches-before.Dispatches
 	})
 	if err != nil {
-		pendingOrFail(t, mb, err)
+		t.Fatalf("training on %s: %v", mb.Name(), err)
 	}
 	seen := map[string]time.Duration{}
 	for _, r := range p.Records {
