@@ -202,7 +202,9 @@ func TestOpsCrossEntropy(t *testing.T) {
 }
 
 // TestOpsCrossEntropyManyRows covers more rows than one grid dimension
-// holds.
+// holds, on float32 logits against the CPU and on float16 and bfloat16
+// ones against the float32 kernels on the widened logits and the CPU
+// (check16).
 func TestOpsCrossEntropyManyRows(t *testing.T) {
 	e := newOpsEnv(t)
 	const rows = 65535 + 77
@@ -219,11 +221,32 @@ func TestOpsCrossEntropyManyRows(t *testing.T) {
 		be.CrossEntropyBackward(v(logits), v(logits), v(lse), v(targets), backend.View{}, 1, 1)
 	})
 	e.compare("cross_entropy_backward of many rows", logits, opsTol)
+	for _, dt := range halfTypes {
+		what := fmt.Sprintf("cross_entropy %v of many rows", dt)
+		lg16, lg32 := e.newPair16(dt, contig(rows, 3), e.normal)
+		lossH, lseH := e.newPair(backend.Float32, contig(rows), mhFill(3)), e.newPair(backend.Float32, contig(rows), mhFill(3))
+		loss32, lse32 := e.newPair(backend.Float32, contig(rows), mhFill(3)), e.newPair(backend.Float32, contig(rows), mhFill(3))
+		e.dev.CrossEntropy(lossH.dev, lseH.dev, lg16.dev, targets.dev, 1)
+		e.both(func(be backend.Backend, v func(pair) backend.View) {
+			be.CrossEntropy(v(loss32), v(lse32), v(lg32), v(targets), 1)
+		})
+		e.check16(what+": loss", lossH, loss32, tolOps)
+		e.check16(what+": lse", lseH, lse32, tolOps)
+		// The backward in place, from the CPU's lse on both.
+		lh := make([]float32, rows)
+		e.ref.Read(lse32.ref.Buf, lh)
+		lse2 := e.newPair(backend.Float32, contig(rows), func(i int) float64 { return float64(lh[i]) })
+		e.dev.CrossEntropyBackward(lg16.dev, lg16.dev, lse2.dev, targets.dev, backend.View{}, 1, 1)
+		e.both(func(be backend.Backend, v func(pair) backend.View) {
+			be.CrossEntropyBackward(v(lg32), v(lg32), v(lse2), v(targets), backend.View{}, 1, 1)
+		})
+		e.check16(what+": backward", lg16, lg32, ceGradTol)
+	}
 }
 
 // TestOpsCrossEntropyUpstream: the backward's upstream gradient g, read on
 // the device, multiplies the scale as on the CPU, for every logits dtype's
-// float32 g.
+// float32 g (16-bit dlogits checked by check16).
 func TestOpsCrossEntropyUpstream(t *testing.T) {
 	e := newOpsEnv(t)
 	const n, v, ignore = 6, 37, 4
@@ -238,6 +261,20 @@ func TestOpsCrossEntropyUpstream(t *testing.T) {
 		be.CrossEntropyBackward(p(dl), p(logits), p(lse), p(targets), p(g), ignore, 1.0/5)
 	})
 	e.compare("cross_entropy_backward with g = −2.5", dl, opsTol)
+	for _, dt := range halfTypes {
+		lg16, lg32 := e.newPair16(dt, contig(n, v), e.normal)
+		lse32 := e.newPair(backend.Float32, contig(n), mhFill(0))
+		e.ref.CrossEntropy(backend.View{}, lse32.ref, lg32.ref, targets.ref, ignore)
+		lh := make([]float32, n)
+		e.ref.Read(lse32.ref.Buf, lh)
+		lse2 := e.newPair(backend.Float32, contig(n), func(i int) float64 { return float64(lh[i]) })
+		dl16, dl32 := e.newPair16(dt, contig(n, v), mhFill(7))
+		e.dev.CrossEntropyBackward(dl16.dev, lg16.dev, lse2.dev, targets.dev, g.dev, ignore, 1.0/5)
+		e.both(func(be backend.Backend, p func(pair) backend.View) {
+			be.CrossEntropyBackward(p(dl32), p(lg32), p(lse2), p(targets), p(g), ignore, 1.0/5)
+		})
+		e.check16(fmt.Sprintf("cross_entropy_backward %v with g = −2.5", dt), dl16, dl32, ceGradTol)
+	}
 }
 
 func TestMiscHalfCrossEntropy(t *testing.T) {

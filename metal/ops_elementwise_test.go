@@ -6,8 +6,8 @@ package metal
 // bit in Fill and Copy against package forge/half and the CPU (every
 // float16 and bfloat16 widened, narrowing on many float32 and int32
 // values), and in the arithmetic ops against the CPU's float32 results on
-// the same rounded inputs (ops_layout_test.go for the bounds); the refused
-// dtypes.
+// the same rounded inputs (ops_layout_test.go for the bounds); the results
+// under every thread schedule; the refused dtypes.
 
 import (
 	"fmt"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/emu"
 )
 
 // The views of the elementwise tests, shared by their float32 and 16-bit
@@ -438,6 +439,47 @@ func TestHalfUnary(t *testing.T) {
 	}
 }
 
+// TestHalfUnaryGrad: UnaryGrad on float16 and bfloat16 views for every op
+// and scalar set of TestOpsUnaryGrad, with y given (the device's 16-bit
+// forward, its bits widened for the float32 twin) and recomputed from x, x
+// a transposed view and g broadcast over rows; each dx against the float32
+// kernel on the widened inputs and the CPU (check16, at TestOpsUnaryGrad's
+// tolerance).
+func TestHalfUnaryGrad(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		for op := backend.Neg; op < backend.NumUnaryOps; op++ {
+			ss := unaryScalars[op]
+			if ss == nil {
+				ss = []backend.Scalars{{}}
+			}
+			var worst halfWorst
+			for _, s := range ss {
+				for _, haveY := range []bool{true, false} {
+					x16, x32 := e.newPair16(dt, vspec{shape: []int{9, 37}, strides: []int{1, 9}}, e.unaryDomain(op))
+					y16 := e.newPair(dt, contig(9, 37), mhFill(0))
+					e.dev.Unary(op, s, y16.dev, x16.dev)
+					yb := make([]uint16, y16.n)
+					e.dev.Read(y16.dev.Buf, yb)
+					y32 := e.newPair(backend.Float32, contig(9, 37), func(i int) float64 { return float64(widen16(dt, yb[i])) })
+					g16, g32 := e.newPair16(dt, vspec{shape: []int{9, 37}, strides: []int{0, 1}, off: 1}, e.normal)
+					dx16, dx32 := e.newPair16(dt, contig(9, 37), mhFill(5))
+					y, yv := y16.dev, func(v func(pair) backend.View) backend.View { return v(y32) }
+					if !haveY {
+						y, yv = backend.View{}, func(func(pair) backend.View) backend.View { return backend.View{} }
+					}
+					e.dev.UnaryGrad(op, s, dx16.dev, x16.dev, y, g16.dev)
+					e.both(func(be backend.Backend, v func(pair) backend.View) {
+						be.UnaryGrad(op, s, v(dx32), v(x32), yv(v), v(g32))
+					})
+					worst.add(e.check16(fmt.Sprintf("unary_grad %v %v %v y=%v", dt, op, s, haveY), dx16, dx32, tolOps))
+				}
+			}
+			t.Logf("unary_grad %-9v %-12v %v", dt, op, worst)
+		}
+	}
+}
+
 func TestHalfBinary(t *testing.T) {
 	e := newOpsEnv(t)
 	for _, dt := range halfTypes {
@@ -528,6 +570,66 @@ func TestHalfWhere(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOpsElementwiseSchedules runs the elementwise kernels (fill, copy
+// with and without conversion, unary, unary_grad with y recomputed,
+// binary with a broadcast operand, where with 32- and 16-bit conditions)
+// on float32, float16 and bfloat16 under the emulator's forward, reverse
+// and random thread schedules: the results must agree bit for bit.
+func TestOpsElementwiseSchedules(t *testing.T) {
+	e := newOpsEnv(t)
+	drv, ok := e.dev.Driver().(*emu.Driver)
+	if !ok {
+		t.Skipf("not the emulator: %T", e.dev.Driver())
+	}
+	defer drv.SetSchedule(emu.Forward, 0)
+	gen := rand.New(rand.NewPCG(11, 12))
+	const r, c = 30, 100
+	host := make([]float32, r*c)
+	for i := range host {
+		host[i] = float32(gen.NormFloat64())
+	}
+	var labels []string
+	run := func() [][]uint32 {
+		labels = labels[:0]
+		var outs [][]uint32
+		dev := e.dev
+		v := contigView
+		read := func(what string, b backend.Buffer, k int) {
+			outs = append(outs, readBits(dev, b, k))
+			labels = append(labels, what)
+		}
+		x32 := dev.Alloc(backend.Float32, r*c)
+		dev.Write(x32, host)
+		for _, dt := range floatTypes {
+			x, f := dev.Alloc(dt, r*c), dev.Alloc(dt, r*c)
+			dev.Copy(v(x, 0, r*c), v(x32, 0, r*c))
+			read(fmt.Sprintf("copy float32 → %v", dt), x, r*c)
+			dev.Fill(v(f, 0, r*c), 0)
+			dev.Fill(backend.View{Buf: f, Offset: 1, Shape: []int{r / 2, c}, Strides: []int{2 * c, 1}}, 1.0/3)
+			read(fmt.Sprintf("fill %v", dt), f, r*c)
+			xt := backend.View{Buf: x, Shape: []int{r, c}, Strides: []int{1, r}} // transposed
+			y, dx, z, w := dev.Alloc(dt, r*c), dev.Alloc(dt, r*c), dev.Alloc(dt, r*c), dev.Alloc(dt, r*c)
+			dev.Unary(backend.GELUTanh, backend.Scalars{}, v(y, 0, r, c), xt)
+			read(fmt.Sprintf("unary %v gelu_tanh", dt), y, r*c)
+			dev.UnaryGrad(backend.GELUTanh, backend.Scalars{}, v(dx, 0, r, c), xt, backend.View{}, v(x, 0, r, c))
+			read(fmt.Sprintf("unary_grad %v gelu_tanh", dt), dx, r*c)
+			dev.Binary(backend.Mul, v(z, 0, r, c), xt, backend.View{Buf: x, Offset: 7, Shape: []int{r, c}, Strides: []int{0, 1}})
+			read(fmt.Sprintf("binary %v mul", dt), z, r*c)
+			dev.Where(v(w, 0, r, c), v(x32, 0, r, c), v(y, 0, r, c), xt)
+			read(fmt.Sprintf("where %v, float32 cond", dt), w, r*c)
+			dev.Where(v(w, 0, r, c), v(z, 0, r, c), xt, v(y, 0, r, c))
+			read(fmt.Sprintf("where %v, %v cond", dt, dt), w, r*c)
+			if dt.IsHalf() {
+				w32 := dev.Alloc(backend.Float32, r*c)
+				dev.Where(v(w32, 0, r, c), v(z, 0, r, c), v(x32, 0, r, c), v(x32, 7, r, c))
+				read(fmt.Sprintf("where float32, %v cond", dt), w32, r*c)
+			}
+		}
+		return outs
+	}
+	schedulesAgree(t, drv, run, func(i int) string { return labels[i] })
 }
 
 // TestOpsElementwiseRefused: float64 is refused with the backend's

@@ -262,7 +262,8 @@ func TestMiscHalfSwiGLU(t *testing.T) {
 
 // TestOpsSumSquaresSpecialValues: a NaN, ±Inf or 1e30 among 40000 values
 // (so among several blocks) gives the CPU's sum of squares (NaN where it
-// has NaN).
+// has NaN); on float16 and bfloat16 sources the float32 kernel's result on
+// the widened values too (check16; 1e30 is +Inf in float16).
 func TestOpsSumSquaresSpecialValues(t *testing.T) {
 	e := newOpsEnv(t)
 	for _, sp := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 1e30} {
@@ -276,13 +277,20 @@ func TestOpsSumSquaresSpecialValues(t *testing.T) {
 		dst := e.newPair(backend.Float32, contig(1), func(int) float64 { return 7 })
 		e.both(func(be backend.Backend, v func(pair) backend.View) { be.SumSquares(v(dst), v(src)) })
 		e.compare(fmt.Sprintf("sum_squares with %g", sp), dst, 1e-6)
+		for _, dt := range halfTypes {
+			s16, s32 := e.newPair16(dt, contig(40000), gen)
+			d, d32 := e.newPair(backend.Float32, contig(1), mhFill(7)), e.newPair(backend.Float32, contig(1), mhFill(7))
+			e.dev.SumSquares(d.dev, s16.dev)
+			e.both(func(be backend.Backend, v func(pair) backend.View) { be.SumSquares(v(d32), v(s32)) })
+			e.check16(fmt.Sprintf("sum_squares %v with %g", dt, sp), d, d32, tolScaled(1e-6))
+		}
 	}
 }
 
-// TestOpsFusedSchedules runs SumSquares (several blocks) and the SwiGLU
-// backward on float32, and SumSquares, SwiGLU and its backward on float16
-// and bfloat16, under the emulator's forward, reverse and random
-// schedules: the results must agree bit for bit.
+// TestOpsFusedSchedules runs SumSquares (several blocks), SwiGLU and its
+// backward on float32, float16 and bfloat16, and AdamW (float32), under
+// the emulator's forward, reverse and random schedules: the results must
+// agree bit for bit.
 func TestOpsFusedSchedules(t *testing.T) {
 	e := newOpsEnv(t)
 	drv, ok := e.dev.Driver().(*emu.Driver)
@@ -317,10 +325,21 @@ func TestOpsFusedSchedules(t *testing.T) {
 		dev.Write(s, []float32{0, 0})
 		dev.SumSquares(v(s, 1, 1), v(x, 0, len(in)))
 		read("sum_squares float32", s, 2)
-		da, db := dev.Alloc(backend.Float32, 5000), dev.Alloc(backend.Float32, 5000)
+		y, da, db := dev.Alloc(backend.Float32, 5000), dev.Alloc(backend.Float32, 5000), dev.Alloc(backend.Float32, 5000)
+		dev.SwiGLU(v(y, 0, 5000), v(x, 0, 5000), v(x, 1, 5000))
 		dev.SwiGLUBackward(v(da, 0, 5000), v(db, 0, 5000), v(x, 0, 5000), v(x, 1, 5000), v(x, 2, 5000))
+		read("swiglu float32", y, 5000)
 		read("swiglu_backward float32 da", da, 5000)
 		read("swiglu_backward float32 db", db, 5000)
+		w, m, mv := dev.Alloc(backend.Float32, 5000), dev.Alloc(backend.Float32, 5000), dev.Alloc(backend.Float32, 5000)
+		dev.Copy(v(w, 0, 5000), v(x, 3, 5000))
+		dev.Fill(v(m, 0, 5000), 0.01)
+		dev.Fill(v(mv, 0, 5000), 0.02)
+		dev.AdamW(v(w, 0, 5000), v(x, 4, 5000), v(m, 0, 5000), v(mv, 0, 5000),
+			backend.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3})
+		read("adamw param", w, 5000)
+		read("adamw m", m, 5000)
+		read("adamw v", mv, 5000)
 		for _, dt := range halfTypes {
 			x := dev.Alloc(dt, n16)
 			dev.Write(x, narrowAll(dt, host))
@@ -342,8 +361,8 @@ func TestOpsFusedSchedules(t *testing.T) {
 
 // TestOpsFusedRefused: float64 is refused with the backend's message
 // (before any kernel); the dtype combinations outside the contract —
-// mixed or int32 views, a 16-bit SumSquares dst — panic with a message
-// naming the kernel and the dtypes.
+// mixed or int32 views, a 16-bit SumSquares dst, a 16-bit AdamW (float32
+// only) — panic with a message naming the kernel and the dtypes.
 func TestOpsFusedRefused(t *testing.T) {
 	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
 		return map[string]func(){
@@ -360,6 +379,7 @@ func TestOpsFusedRefused(t *testing.T) {
 	i2 := e.newPair(backend.Int32, contig(2), func(i int) float64 { return float64(i) })
 	h1 := e.newPair(backend.Float16, contig(1), e.normal)
 	f1 := e.newPair(backend.Float32, contig(1), e.normal)
+	p := backend.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}
 	for _, c := range []struct {
 		name string
 		fn   func()
@@ -371,6 +391,8 @@ func TestOpsFusedRefused(t *testing.T) {
 		{"swiglu mixed", func() { e.dev.SwiGLU(h.dev, h.dev, bf.dev) }, []string{"swiglu_f32", "float16", "bfloat16"}},
 		{"swiglu f32←f16", func() { e.dev.SwiGLU(f.dev, h.dev, h.dev) }, []string{"swiglu_f32", "float32", "float16"}},
 		{"swiglu_backward mixed", func() { e.dev.SwiGLUBackward(bf.dev, bf.dev, bf.dev, bf.dev, f.dev) }, []string{"swiglu_backward_f32", "bfloat16", "float32"}},
+		{"adamw f16", func() { e.dev.AdamW(h.dev, h.dev, h.dev, h.dev, p) }, []string{"adamw_f32", "float16"}},
+		{"adamw bf16 grad", func() { e.dev.AdamW(f.dev, bf.dev, f.dev, f.dev, p) }, []string{"adamw_f32", "bfloat16"}},
 	} {
 		wantPanic(t, c.name, c.fn, "metal: ", c.want...)
 	}

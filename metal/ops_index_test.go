@@ -211,7 +211,8 @@ func TestOpsGatherScatterAdd(t *testing.T) {
 }
 
 // TestOpsIndexRefused: float64 is refused with the backend's message
-// (before any kernel).
+// (before any kernel); 16-bit data, which these kernels do not take,
+// panics naming the kernel and the dtype.
 func TestOpsIndexRefused(t *testing.T) {
 	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
 		return map[string]func(){
@@ -221,6 +222,25 @@ func TestOpsIndexRefused(t *testing.T) {
 			kScatterAdd:  func() { b.ScatterAdd(f64, f64, f64, 0) },
 		}
 	})
+	e := newOpsEnv(t)
+	idx := e.newPair(backend.Int32, contig(2), func(i int) float64 { return float64(i) })
+	for _, dt := range halfTypes {
+		src := e.newPair(dt, contig(3, 4), e.normal)
+		dst := e.newPair(dt, contig(2, 4), e.normal)
+		for name, fn := range map[string]func(){
+			kIndexSelect: func() { e.dev.IndexSelect(dst.dev, src.dev, idx.dev, 0) },
+			kIndexAdd:    func() { e.dev.IndexAdd(src.dev, dst.dev, idx.dev, 0) },
+		} {
+			wantPanic(t, fmt.Sprintf("%s %v", name, dt), fn, "metal: "+name+": ", "unsupported dtype "+dt.String())
+		}
+		gi := e.newPair(backend.Int32, contig(2, 4), func(int) float64 { return 1 })
+		for name, fn := range map[string]func(){
+			kGather:     func() { e.dev.Gather(dst.dev, src.dev, gi.dev, 0) },
+			kScatterAdd: func() { e.dev.ScatterAdd(src.dev, dst.dev, gi.dev, 0) },
+		} {
+			wantPanic(t, fmt.Sprintf("%s %v", name, dt), fn, "metal: "+name+": ", "unsupported dtype "+dt.String())
+		}
+	}
 }
 
 func TestOpsIndexKernelNames(t *testing.T) {

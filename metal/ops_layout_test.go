@@ -2,7 +2,9 @@ package metal
 
 // The op tests' shared plumbing, and the tests of what the ops share
 // (ops_layout.go: dtype checks, dispatch labels, empty extents). Each
-// ops_X.go has its tests beside it in ops_X_test.go.
+// ops_X.go has its tests beside it in ops_X_test.go, covering float32,
+// float16 and bfloat16 (where the op takes them; otherwise that they are
+// refused) and the emulator's thread schedules.
 //
 // The ops run on the emulator ("metal-emu"), or the GPU under
 // FORGE_BACKEND=metal (testDevice), against the CPU backend, on sizes that

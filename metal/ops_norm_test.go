@@ -205,7 +205,8 @@ func TestOpsNormParamGradBlocks(t *testing.T) {
 
 // TestOpsNormSpecialValues feeds rows holding NaN and ±Inf (one per row, in
 // both row modes) through the norms: the results must be the CPU's (NaN
-// where it has NaN).
+// where it has NaN); 16-bit rows (1e30 is +Inf in float16) must be the
+// float32 kernels' results on the widened rows and the CPU's (check16).
 func TestOpsNormSpecialValues(t *testing.T) {
 	e := newOpsEnv(t)
 	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 1e30}
@@ -231,6 +232,25 @@ func TestOpsNormSpecialValues(t *testing.T) {
 		e.compare(fmt.Sprintf("layer_norm specials C=%d rstd", c), rs, opsTol)
 		e.compare(fmt.Sprintf("rms_norm specials C=%d y", c), y2, opsTol)
 		e.compare(fmt.Sprintf("rms_norm specials C=%d rstd", c), rs2, opsTol)
+		for _, dt := range halfTypes {
+			what := fmt.Sprintf("%v specials C=%d", dt, c)
+			x, xf := e.nhIn(dt, contig(n, c), gen)
+			y, yf := e.nhOut(dt, contig(n, c))
+			mu, muf := e.nhOut(backend.Float32, contig(n))
+			rs, rsf := e.nhOut(backend.Float32, contig(n))
+			e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, backend.View{}, backend.View{}, 1e-5)
+			e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, backend.View{}, backend.View{}, 1e-5)
+			e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, backend.View{}, backend.View{}, 1e-5)
+			e.check16("layer_norm "+what+" y", y, yf, tolOps)
+			e.check16("layer_norm "+what+" rstd", rs, rsf, tolOps)
+			y, yf = e.nhOut(dt, contig(n, c))
+			rs, rsf = e.nhOut(backend.Float32, contig(n))
+			e.dev.RMSNorm(y.dev, rs.dev, x.dev, backend.View{}, 1e-5)
+			e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, backend.View{}, 1e-5)
+			e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, backend.View{}, 1e-5)
+			e.check16("rms_norm "+what+" y", y, yf, tolOps)
+			e.check16("rms_norm "+what+" rstd", rs, rsf, tolOps)
+		}
 	}
 }
 

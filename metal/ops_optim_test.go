@@ -1,13 +1,19 @@
 package metal
 
 // GradClip and AdamWClipped (ops_optim.go): the device-side global-norm
-// clip against the CPU's.
+// clip against the CPU's, its results across thread schedules, and the
+// dtypes it refuses (float32 only: Metal has no float64, and the clip's
+// state and sums are never 16-bit).
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/kernels"
+	"github.com/forgeml/forge/metal/emu"
 )
 
 // TestGradClipMatchesCPU runs GradClip and AdamWClipped on the emulator and
@@ -83,5 +89,96 @@ func TestGradClipMatchesCPU(t *testing.T) {
 			}
 		}
 		t.Logf("%s: norm %.6g, coef %.6g, skip %v; updated weights and moments within %.1e of the CPU", c.name, got[0], got[1], got[2], worst)
+	}
+}
+
+// TestOpsOptimSchedules runs GradClip (one thread) and AdamWClipped, from a
+// clipping state and from a skipping one, under the emulator's forward,
+// reverse and random schedules: the results must agree bit for bit.
+func TestOpsOptimSchedules(t *testing.T) {
+	e := newOpsEnv(t)
+	drv, ok := e.dev.Driver().(*emu.Driver)
+	if !ok {
+		t.Skipf("not the emulator: %T", e.dev.Driver())
+	}
+	defer drv.SetSchedule(emu.Forward, 0)
+	gen := rand.New(rand.NewPCG(13, 14))
+	const n = 3001
+	in := make([]float32, 3*n)
+	for i := range in {
+		in[i] = float32(gen.NormFloat64())
+	}
+	var labels []string
+	run := func() [][]uint32 {
+		labels = labels[:0]
+		var outs [][]uint32
+		dev := e.dev
+		v := contigView
+		read := func(what string, b backend.Buffer, k int) {
+			outs = append(outs, readBits(dev, b, k))
+			labels = append(labels, what)
+		}
+		p := backend.AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3}
+		for _, c := range []struct {
+			name string
+			sums []float32
+		}{{"clipped", []float32{3.5, 0.25, 120, 1e-3, 7}}, {"skipped", []float32{1, float32(math.Inf(1))}}} {
+			sums, st := dev.Alloc(backend.Float32, len(c.sums)), dev.Alloc(backend.Float32, backend.ClipStateLen)
+			dev.Write(sums, c.sums)
+			dev.GradClip(v(st, 0, backend.ClipStateLen), v(sums, 0, len(c.sums)), 1, 0.5)
+			read("grad_clip state "+c.name, st, backend.ClipStateLen)
+			x := dev.Alloc(backend.Float32, 3*n)
+			dev.Write(x, in)
+			m, mv := dev.Alloc(backend.Float32, n), dev.Alloc(backend.Float32, n)
+			dev.Fill(v(m, 0, n), 0.01)
+			dev.Fill(v(mv, 0, n), 0.02)
+			dev.AdamWClipped(v(x, 0, n), v(x, n, n), v(m, 0, n), v(mv, 0, n), v(st, 0, backend.ClipStateLen), p)
+			read("adamw clipped param "+c.name, x, n)
+			read("adamw clipped m "+c.name, m, n)
+			read("adamw clipped v "+c.name, mv, n)
+		}
+		return outs
+	}
+	schedulesAgree(t, drv, run, func(i int) string { return labels[i] })
+}
+
+// TestOpsOptimRefused: the clip's views are float32 (Metal has no
+// float64; the state and the sums are never 16-bit): other dtypes panic
+// naming the kernel, before any kernel runs.
+func TestOpsOptimRefused(t *testing.T) {
+	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
+		return map[string]func(){
+			kGradClip: func() { b.GradClip(f64, f64, 1, 1) },
+		}
+	})
+	e := newOpsEnv(t)
+	st := e.newPair(backend.Float32, contig(backend.ClipStateLen), mhFill(0))
+	sums := e.newPair(backend.Float32, contig(2), mhFill(1))
+	w := e.newPair(backend.Float32, contig(4), e.normal)
+	p := backend.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}
+	for _, dt := range halfTypes {
+		st16 := e.newPair(dt, contig(backend.ClipStateLen), mhFill(0))
+		sums16 := e.newPair(dt, contig(2), mhFill(1))
+		w16 := e.newPair(dt, contig(4), e.normal)
+		want := "unsupported dtype " + dt.String()
+		wantPanic(t, fmt.Sprintf("grad_clip %v state", dt), func() { e.dev.GradClip(st16.dev, sums.dev, 1, 1) }, "metal: "+kGradClip+": ", want)
+		wantPanic(t, fmt.Sprintf("grad_clip %v sums", dt), func() { e.dev.GradClip(st.dev, sums16.dev, 1, 1) }, "metal: "+kGradClip+": ", want)
+		wantPanic(t, fmt.Sprintf("adamw_clipped %v state", dt), func() { e.dev.AdamWClipped(w.dev, w.dev, w.dev, w.dev, st16.dev, p) }, "metal: "+kAdamW+": ", want)
+		wantPanic(t, fmt.Sprintf("adamw_clipped %v param", dt), func() { e.dev.AdamWClipped(w16.dev, w16.dev, w16.dev, w16.dev, st.dev, p) }, "metal: "+kAdamW+": ", want)
+	}
+	wantPanic(t, "adamw_clipped without a state", func() { e.dev.AdamWClipped(w.dev, w.dev, w.dev, w.dev, backend.View{}, p) }, "metal: "+kAdamWClipped+": no clip state")
+}
+
+// TestOpsOptimKernelNames checks that the clip's kernels are defined in
+// the embedded sources.
+func TestOpsOptimKernelNames(t *testing.T) {
+	idx, err := kernelIndex(kernels.Sources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{kGradClip, kAdamW} {
+		if _, ok := idx[k]; !ok {
+			t.Errorf("kernel %s is not defined in kernels/*.metal", k)
+		}
 	}
 }

@@ -120,7 +120,9 @@ func TestOpsSoftmax(t *testing.T) {
 }
 
 // TestOpsManyRows covers more rows than one grid dimension holds (65535
-// threadgroups): the row kernels spread them over a 2-D grid.
+// threadgroups): the row kernels spread them over a 2-D grid. float32
+// against the CPU; float16 and bfloat16 against the float32 kernels on the
+// widened inputs and the CPU (check16, mhCheckIndex).
 func TestOpsManyRows(t *testing.T) {
 	e := newOpsEnv(t)
 	const rows = 65535 + 77
@@ -134,6 +136,29 @@ func TestOpsManyRows(t *testing.T) {
 	s := e.newPair(backend.Int32, contig(rows), func(int) float64 { return -1 })
 	e.both(func(be backend.Backend, v func(pair) backend.View) { be.Reduce(backend.ReduceArgMax, v(s), v(x), 1) })
 	e.compare("argmax of many rows", s, 0)
+	for _, dt := range halfTypes {
+		x16, x32 := e.newPair16(dt, contig(rows, 3), e.normal)
+		y16, y32 := e.newPair16(dt, contig(rows, 3), mhFill(0))
+		e.dev.Softmax(y16.dev, x16.dev, true)
+		e.both(func(be backend.Backend, v func(pair) backend.View) { be.Softmax(v(y32), v(x32), true) })
+		e.check16(fmt.Sprintf("log_softmax %v of many rows", dt), y16, y32, tolOps)
+		// The backward from the CPU's forward rounded to dt, dy = x.
+		yh := make([]float32, y32.n)
+		e.ref.Read(y32.ref.Buf, yh)
+		yy16, yy32 := e.newPair16(dt, contig(rows, 3), func(i int) float64 { return float64(yh[i]) })
+		dx16, dx32 := e.newPair16(dt, contig(rows, 3), mhFill(0))
+		e.dev.SoftmaxBackward(dx16.dev, yy16.dev, x16.dev, true)
+		e.both(func(be backend.Backend, v func(pair) backend.View) {
+			be.SoftmaxBackward(v(dx32), v(yy32), v(x32), true)
+		})
+		e.check16(fmt.Sprintf("log_softmax backward %v of many rows", dt), dx16, dx32, tolOps)
+		s16, s32 := e.newPair(backend.Int32, contig(rows), mhFill(-1)), e.newPair(backend.Int32, contig(rows), mhFill(-1))
+		e.dev.Reduce(backend.ReduceArgMax, s16.dev, x16.dev, 1)
+		e.both(func(be backend.Backend, v func(pair) backend.View) {
+			be.Reduce(backend.ReduceArgMax, v(s32), v(x32), 1)
+		})
+		e.mhCheckIndex(fmt.Sprintf("argmax %v of many rows", dt), s16, s32)
+	}
 }
 
 // mhCheckIndex requires the int32 output o (device) to equal o32's CPU

@@ -143,7 +143,8 @@ func TestMiscHalfRoPE(t *testing.T) {
 			{[]int{1, 33, 34}, 0, 500000},
 			{[]int{4, 1, 2}, 17, 10},
 			{[]int{2, 3, 4, 8}, 1, 10000},
-			{[]int{2, 4, 16}, -5, 10000}, // negative positions
+			{[]int{2, 3, 16}, 100000, 10000}, // far positions: a table of its own
+			{[]int{2, 4, 16}, -5, 10000},     // negative positions
 		} {
 			for _, inverse := range []bool{false, true} {
 				what := fmt.Sprintf("rope %v %v pos0 %d theta %v inverse %v", dt, c.shape, c.pos0, c.theta, inverse)
@@ -186,9 +187,10 @@ func TestMiscHalfRoPE(t *testing.T) {
 	}
 }
 
-// TestOpsRoPESchedules runs RoPE on float32, float16 and bfloat16 under
-// the emulator's forward, reverse and random schedules: the results must
-// agree bit for bit.
+// TestOpsRoPESchedules runs RoPE and RoPEStrided (heads of a fused QKV
+// projection) on float32, float16 and bfloat16 under the emulator's
+// forward, reverse and random schedules: the results must agree bit for
+// bit.
 func TestOpsRoPESchedules(t *testing.T) {
 	e := newOpsEnv(t)
 	drv, ok := e.dev.Driver().(*emu.Driver)
@@ -201,6 +203,8 @@ func TestOpsRoPESchedules(t *testing.T) {
 	for i := range in {
 		in[i] = float32(gen.NormFloat64())
 	}
+	_, head := nfQKVHead(2, 17, 4, 64, 1)
+	head = head.full()
 	var labels []string
 	run := func() [][]uint32 {
 		labels = labels[:0]
@@ -222,6 +226,10 @@ func TestOpsRoPESchedules(t *testing.T) {
 			y := dev.Alloc(dt, 4*10*32)
 			dev.RoPE(v(y, 0, 4, 10, 32), v(x, 0, 4, 10, 32), 9, 10000, false)
 			read(fmt.Sprintf("rope %v", dt), y, 4*10*32)
+			ys := dev.Alloc(dt, 2*4*17*64)
+			xs := backend.View{Buf: x, Offset: head.off, Shape: head.shape, Strides: head.strides}
+			dev.RoPEStrided(v(ys, 0, head.shape...), xs, 2, 10000, true)
+			read(fmt.Sprintf("rope strided %v inverse", dt), ys, 2*4*17*64)
 		}
 		return outs
 	}
