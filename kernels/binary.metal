@@ -5,9 +5,11 @@
 // conditions (where_x32, where_x16, where_x32_c16, where_x16_c16).
 //
 // Function constants:
-//   0 binary_op       (uint): binary_*: the backend.BinaryOp value
-//                             (Add = 0 … Ge = 12); each op is its own
-//                             pipeline.
+//   0 binary_op       (uint): binary_*: the backend.BinaryOp value, one
+//                             of the B_* op numbers of the prelude's
+//                             forge_ops.h (generated from
+//                             forge/backend/backend.go); each op is its
+//                             own pipeline.
 //   1 binary_flat     (bool): every view is one run (ndim == 1 after
 //                             coalescing): element i is at i·stride (a
 //                             contiguous view has stride 1, a broadcast
@@ -18,12 +20,6 @@
 using namespace metal;
 
 enum : uint { BINARY_MAX_DIMS = 8 };
-
-// The op numbers of backend.BinaryOp.
-enum : uint {
-    B_ADD = 0, B_SUB = 1, B_MUL = 2, B_DIV = 3, B_POW = 4, B_MAXIMUM = 5,
-    B_MINIMUM = 6, B_EQ = 7, B_NE = 8, B_LT = 9, B_LE = 10, B_GT = 11, B_GE = 12
-};
 
 // BinaryParams describes up to four views of one shape (coalesced by the Go
 // side): view v's element i (row-major) is at Σ_d idx_d·strides[v][d] from

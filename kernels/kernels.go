@@ -10,12 +10,17 @@
 // Every file is compiled as a library of its own and documents its
 // parameter block and function constants.
 //
-// The prelude. Sources prepends the text of forge_half.h to every file,
-// then a `#line 1 "<file>"` directive, so the text the drivers compile is
-// self-contained (no #include: the Metal driver compiles each entry alone)
-// and compiler messages name the file and its own line numbers (a message
-// about the prelude names forge_half.h and its line). The prelude holds
-// the storage-type conversions every 16-bit kernel shares:
+// The prelude. Sources prepends the text of forge_half.h and forge_ops.h
+// to every file, each under a `#line 1 "<header>"` directive, then
+// `#line 1 "<file>"`, so the text the drivers compile is self-contained (no
+// #include: the Metal driver compiles each entry alone) and compiler
+// messages name the file and its own line numbers (a message about the
+// prelude names the header and its line). forge_ops.h is generated (go
+// generate ./kernels/, by internal/genops) from forge/backend/backend.go:
+// the op numbers of backend.UnaryOp, BinaryOp and ReduceOp as U_NEG,
+// B_ADD, R_SUM, …, which unary.metal, binary.metal and reduce.metal switch
+// on. forge_half.h holds the storage-type conversions every 16-bit kernel
+// shares:
 //
 //	forge_widen(x)        half / bfloat / float → float, exact
 //	forge_narrow<T>(x)    float → T (float, half, bfloat), rounded once to
@@ -120,26 +125,44 @@ import (
 	"strings"
 )
 
-//go:embed *.metal forge_half.h
+//go:generate go run ./internal/genops -src ../forge/backend/backend.go -out forge_ops.h
+
+//go:embed *.metal forge_half.h forge_ops.h
 var files embed.FS
 
-// preludeFile is the prelude Sources prepends to every kernel file.
-const preludeFile = "forge_half.h"
+// preludeFiles are the headers Sources prepends to every kernel file, in
+// order.
+var preludeFiles = []string{"forge_half.h", "forge_ops.h"}
 
 // Sources returns every embedded kernel file: file name (e.g.
-// "binary.metal") → MSL text, the prelude (forge_half.h) first, then
-// `#line 1 "<file>"` and the file. The map is a fresh copy on every call.
+// "binary.metal") → MSL text, the prelude (forge_half.h, forge_ops.h)
+// first, then `#line 1 "<file>"` and the file. The map is a fresh copy on
+// every call.
 func Sources() map[string]string {
 	names, err := fs.Glob(files, "*.metal")
 	if err != nil {
 		panic(err) // the pattern is constant and valid
 	}
-	prelude := readEmbedded(preludeFile)
+	p := prelude()
 	out := make(map[string]string, len(names))
 	for _, n := range names {
-		out[n] = withPrelude(prelude, n, readEmbedded(n))
+		out[n] = withPrelude(p, n, readEmbedded(n))
 	}
 	return out
+}
+
+// prelude is the text of the prelude files, each under its own name from
+// line 1.
+func prelude() string {
+	var b strings.Builder
+	for _, n := range preludeFiles {
+		fmt.Fprintf(&b, "#line 1 %q\n", n)
+		b.WriteString(readEmbedded(n))
+		if !strings.HasSuffix(b.String(), "\n") {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 func readEmbedded(name string) string {
@@ -150,16 +173,12 @@ func readEmbedded(name string) string {
 	return string(b)
 }
 
-// withPrelude is the text compiled for file name: the prelude (under its
-// own name), then src under name from line 1.
+// withPrelude is the text compiled for file name: the prelude (the text
+// prelude returns), then src under name from line 1.
 func withPrelude(prelude, name, src string) string {
 	var b strings.Builder
-	b.Grow(len(prelude) + len(src) + 2*len(name) + 32)
-	fmt.Fprintf(&b, "#line 1 %q\n", preludeFile)
+	b.Grow(len(prelude) + len(src) + len(name) + 16)
 	b.WriteString(prelude)
-	if !strings.HasSuffix(prelude, "\n") {
-		b.WriteString("\n")
-	}
 	fmt.Fprintf(&b, "#line 1 %q\n", name)
 	b.WriteString(src)
 	return b.String()

@@ -71,18 +71,53 @@ func TestDocListsEveryKernel(t *testing.T) {
 	}
 }
 
-// TestPrelude checks what Sources builds: the prelude under its own name,
-// then each file from its line 1, its text unchanged.
+// TestPrelude checks what Sources builds: the prelude files, each under
+// its own name, then each file from its line 1, its text unchanged.
 func TestPrelude(t *testing.T) {
-	prelude := readEmbedded(preludeFile)
+	half, ops := readEmbedded("forge_half.h"), readEmbedded("forge_ops.h")
 	for name, text := range Sources() {
-		want := "#line 1 \"forge_half.h\"\n" + prelude + "#line 1 \"" + name + "\"\n" + readEmbedded(name)
+		want := "#line 1 \"forge_half.h\"\n" + half + "#line 1 \"forge_ops.h\"\n" + ops +
+			"#line 1 \"" + name + "\"\n" + readEmbedded(name)
 		if text != want {
-			t.Errorf("%s: Sources' text is not prelude + #line + file", name)
+			t.Errorf("%s: Sources' text is not the prelude files + #line + file", name)
 		}
 	}
-	if strings.Contains(reComment.ReplaceAllString(prelude, ""), "kernel") {
+	if strings.Contains(reComment.ReplaceAllString(half+ops, ""), "kernel") {
 		t.Error("the prelude declares a kernel (it would be in every library)")
+	}
+}
+
+// TestNoLocalOpNumbers keeps the op numbers in the generated forge_ops.h:
+// no kernel file numbers a backend op itself (a copy would silently go
+// out of step when an op is added in Go).
+func TestNoLocalOpNumbers(t *testing.T) {
+	local := regexp.MustCompile(`\b[UBR]_[A-Z0-9_]+\s*=`)
+	for _, name := range Files() {
+		src := reComment.ReplaceAllString(readEmbedded(name), "")
+		if m := local.FindString(src); m != "" {
+			t.Errorf("%s: %q: the op numbers come from forge_ops.h (go generate ./kernels/)", name, m)
+		}
+	}
+	// And the switches use them: every U_, B_ and R_ name a kernel uses is
+	// one the header defines.
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\b([UBR]_[A-Z0-9_]+) = \d+,`).FindAllStringSubmatch(readEmbedded("forge_ops.h"), -1) {
+		defined[m[1]] = true
+	}
+	if len(defined) == 0 {
+		t.Fatal("forge_ops.h defines no op numbers")
+	}
+	used := regexp.MustCompile(`\b[UBR]_[A-Z0-9_]+\b`)
+	for _, name := range []string{"unary.metal", "binary.metal", "reduce.metal"} {
+		ms := used.FindAllString(reComment.ReplaceAllString(readEmbedded(name), ""), -1)
+		if len(ms) == 0 {
+			t.Errorf("%s: uses no op number of forge_ops.h", name)
+		}
+		for _, m := range ms {
+			if !defined[m] {
+				t.Errorf("%s: %s is not an op number of forge_ops.h", name, m)
+			}
+		}
 	}
 }
 
@@ -130,7 +165,7 @@ func TestCompileErrorLine(t *testing.T) {
 		"    x[i] = forge_widen(x[i]);\n" +
 		"    x[i] = no_such_function(x[i]);\n" +
 		"}\n"
-	text := withPrelude(readEmbedded(preludeFile), "broken.metal", src)
+	text := withPrelude(prelude(), "broken.metal", src)
 	ks, err := emu.ParseKernels("broken.metal", text)
 	if err != nil || len(ks) != 1 || ks[0].Line != 1 {
 		t.Fatalf("ParseKernels = %+v, %v; want broken_f32 at line 1", ks, err)
@@ -143,7 +178,7 @@ func TestCompileErrorLine(t *testing.T) {
 		t.Fatal("a kernel calling an undeclared function compiled")
 	}
 	msg := err.Error()
-	if want := fmt.Sprintf("broken.metal:%d:", 4); !strings.Contains(msg, want) || strings.Contains(msg, preludeFile) {
+	if want := fmt.Sprintf("broken.metal:%d:", 4); !strings.Contains(msg, want) || strings.Contains(msg, "forge_half.h") || strings.Contains(msg, "forge_ops.h") {
 		t.Errorf("compile error does not name %s (and only it):\n%s", want, msg)
 	}
 }

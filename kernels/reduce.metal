@@ -22,9 +22,12 @@
 // the Go side coalesces without reordering).
 //
 // Function constants:
-//   0 reduce_op   (uint): backend.ReduceOp: 0 sum, 1 max, 2 min, 3 argmax,
-//                         4 argmin. dst holds values for 0–2 (float32 bits
-//                         in the 32-bit kernels), int32 indices for 3–4
+//   0 reduce_op   (uint): backend.ReduceOp, one of the R_* op numbers of
+//                         the prelude's forge_ops.h (generated from
+//                         forge/backend/backend.go): R_SUM, R_MAX, R_MIN,
+//                         R_ARGMAX, R_ARGMIN. dst holds values for sum,
+//                         max and min (float32 bits in the 32-bit
+//                         kernels), int32 indices for argmax and argmin
 //                         (32-bit kernels only).
 //   1 reduce_flat (bool): the reduced extent is one run (rdim == 1): its
 //                         element j is at j·rstrides[0].
@@ -32,7 +35,6 @@
 using namespace metal;
 
 enum : uint { REDUCE_MAX_DIMS = 8, REDUCE_MAX_SIMDGROUPS = 32, REDUCE_NONE = 0xffffffffu };
-enum : uint { R_SUM = 0, R_MAX = 1, R_MIN = 2, R_ARGMAX = 3, R_ARGMIN = 4 };
 
 // ReduceParams: the kept dims of src (kshape/kstrides, coalesced) index the
 // outputs in row-major order; the reduced dims (rshape/rstrides) the

@@ -7,7 +7,9 @@
 // so the switch below folds to one case at pipeline creation.
 //
 // Function constants:
-//   0 unary_op     (uint): the backend.UnaryOp value (Neg = 0 … Sign = 18).
+//   0 unary_op     (uint): the backend.UnaryOp value, one of the U_* op
+//                          numbers of the prelude's forge_ops.h (generated
+//                          from forge/backend/backend.go).
 //   1 unary_flat   (bool): every view is one run (ndim == 1 after the Go side
 //                          coalesced the dims): element i is at i·stride.
 //   2 unary_have_y (bool): unary_grad_* only: y is bound; otherwise it is
@@ -19,14 +21,6 @@
 using namespace metal;
 
 enum : uint { UNARY_MAX_DIMS = 8 };
-
-// The op numbers of backend.UnaryOp.
-enum : uint {
-    U_NEG = 0, U_EXP = 1, U_LOG = 2, U_SQRT = 3, U_RSQRT = 4, U_TANH = 5,
-    U_SIGMOID = 6, U_SILU = 7, U_GELU_TANH = 8, U_GELU_ERF = 9, U_RELU = 10,
-    U_ABS = 11, U_POW_SCALAR = 12, U_CLAMP = 13, U_AFFINE = 14,
-    U_RPOW_SCALAR = 15, U_RDIV_SCALAR = 16, U_SQUARE = 17, U_SIGN = 18
-};
 
 // UnaryParams describes up to four views of one shape (coalesced by the Go
 // side): view v's element i (row-major) is at Σ_d idx_d·strides[v][d] from

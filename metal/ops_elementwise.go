@@ -41,9 +41,9 @@ var (
 	kBinary    = kBinaryBy[backend.Float32]
 
 	// Dispatch labels by dtype and op: "unary_f16.exp", ….
-	unaryLabels     = opLabels(kUnaryBy, backend.Sign)
-	unaryGradLabels = opLabels(kUnaryGradBy, backend.Sign)
-	binaryLabels    = opLabels(kBinaryBy, backend.Ge)
+	unaryLabels     = opLabels(kUnaryBy, backend.NumUnaryOps)
+	unaryGradLabels = opLabels(kUnaryGradBy, backend.NumUnaryOps)
+	binaryLabels    = opLabels(kBinaryBy, backend.NumBinaryOps)
 )
 
 // fillParams mirrors FillParams in kernels/fill.metal.
@@ -146,7 +146,7 @@ type unaryParams struct {
 }
 
 func checkUnaryOp(kernel string, op backend.UnaryOp) {
-	if op > backend.Sign {
+	if op >= backend.NumUnaryOps {
 		panic(fmt.Sprintf("metal: %s: unknown op %v", kernel, op))
 	}
 }
@@ -209,7 +209,7 @@ type binaryParams struct {
 // Comparisons write 1 or 0. float16 and bfloat16 views (all three of one
 // dtype) are widened on load and rounded once on store.
 func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
-	if op > backend.Ge {
+	if op >= backend.NumBinaryOps {
 		panic(fmt.Sprintf("metal: %s: unknown op %v", kBinary, op))
 	}
 	dt := floatDType(kBinary, dst, a, bv)

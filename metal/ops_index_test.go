@@ -1,14 +1,13 @@
 package metal
 
-// IndexSelect, IndexAdd, Gather, ScatterAdd, CrossEntropy and
-// CrossEntropyBackward on the emulator against the CPU backend: every
-// radix-pass count of the IndexAdd sort (odd and even, so the result lands
-// in either scratch half), index lists longer than the sort's threads and
-// not a multiple of them, rows with no index and rows with many, strided
-// index lists, every axis, int32 data, and cross-entropy over small and
-// 50k vocabularies with ignored rows, special values and in-place
-// gradients. The adds must match the CPU bit for bit (the same additions
-// in the same order).
+// IndexSelect, IndexAdd, Gather and ScatterAdd (ops_index.go) against the
+// CPU backend: every radix-pass count of the IndexAdd sort (odd and even,
+// so the result lands in either scratch half), index lists longer than
+// the sort's threads and not a multiple of them, rows with no index and
+// rows with many, strided index lists, every axis, int32 data. The adds
+// must match the CPU bit for bit (the same additions in the same order),
+// under every thread schedule too. The data is float32 or int32: 16-bit
+// data is refused.
 
 import (
 	"fmt"
@@ -211,213 +210,37 @@ func TestOpsGatherScatterAdd(t *testing.T) {
 	e.compare("scatter_add strided idx", dx, 0)
 }
 
-// ceRelErr compares gradients elementwise by relative error (the
-// gradients are scale·p, far below the absolute tolerance of compare):
-// |got − want| ≤ rtol·|want| + atol.
-func (e *opsEnv) ceRelErr(what string, p pair, rtol, atol float64) float64 {
-	e.t.Helper()
-	got, want := e.read(p)
-	worst := 0.0
-	for i := range got {
-		g, w := got[i], want[i]
-		if math.IsNaN(w) || math.IsNaN(g) || math.IsInf(w, 0) || math.IsInf(g, 0) {
-			if !(math.IsNaN(w) && math.IsNaN(g)) && g != w {
-				e.t.Errorf("%s: element %d: got %v, want %v", what, i, g, w)
-				return math.Inf(1)
-			}
-			continue
-		}
-		d := math.Abs(g - w)
-		if w != 0 {
-			worst = max(worst, d/math.Abs(w))
-		}
-		if d > rtol*math.Abs(w)+atol {
-			e.t.Errorf("%s: element %d: got %.9g, want %.9g (rel %.2e)", what, i, g, w, d/math.Abs(w))
-			return math.Inf(1)
-		}
-	}
-	return worst
-}
-
-// ceLogits is the logits generator of the cross-entropy tests.
-func (e *opsEnv) ceLogits(kind string, v int, targets []int32) func(i int) float64 {
-	return func(i int) float64 {
-		r, j := i/v, i%v
-		switch kind {
-		case "large": // big logits: lse ≈ 1e4
-			return 1e4 + 3*e.rng.NormFloat64()
-		case "ties": // many equal maxima across lanes and simdgroups
-			return float64(e.rng.IntN(3))
-		case "confident": // p_target ≈ 1 − 1e-6
-			if targets[r] >= 0 && int(targets[r]) == j {
-				return 20
-			}
-			return -e.rng.Float64()
-		}
-		return 3 * e.rng.NormFloat64()
-	}
-}
-
-// ceIgnore is the ignore index of the cross-entropy tests.
-const ceIgnore = -100
-
-// ceSpecialRows are rows of 4 logits with NaN, +Inf, only −Inf, −Inf at
-// the target (of the tests' targets 0, ignore, 2), −Inf elsewhere.
-var ceSpecialRows = [][]float64{
-	{1, math.NaN(), 2, 0}, {1, math.Inf(1), 2, 0},
-	{math.Inf(-1), math.Inf(-1), math.Inf(-1), math.Inf(-1)},
-	{math.Inf(-1), 3, 1, 0}, {2, math.Inf(-1), 1, 5},
-}
-
-// ceTargets draws n targets in [0, v), every fourth from the second
-// ceIgnore (when n > 1).
-func (e *opsEnv) ceTargets(n, v int) []int32 {
-	tg := make([]int32, n)
-	for i := range tg {
-		tg[i] = int32(e.rng.IntN(v))
-		if n > 1 && i%4 == 1 {
-			tg[i] = ceIgnore
-		}
-	}
-	return tg
-}
-
-// ceTargetPair holds the targets tg with ceIgnore replaced by ign (itself,
-// or a real class to ignore).
-func (e *opsEnv) ceTargetPair(tg []int32, ign int) pair {
-	return e.newPair(backend.Int32, contig(len(tg)), func(i int) float64 {
-		if tg[i] == ceIgnore {
-			return float64(ign)
-		}
-		return float64(tg[i])
-	})
-}
-
-func TestOpsCrossEntropy(t *testing.T) {
-	e := newOpsEnv(t)
-	const ignore = ceIgnore
-	type ccase struct {
-		n, v int
-		kind string
-	}
-	cases := []ccase{
-		{1, 1, "normal"}, {5, 7, "normal"}, {3, 1000, "normal"}, {2, 50257, "normal"},
-		{300, 33, "normal"}, {70, 4099, "normal"}, {9, 500, "large"}, {9, 3000, "confident"},
-		{40, 64, "confident"}, {3, 3000, "ties"}, {100, 40, "ties"},
-	}
-	var worstLoss, worstLSE, worstGrad float64
-	for _, c := range cases {
-		tg := e.ceTargets(c.n, c.v)
-		for _, ign := range []int{ignore, int(tg[0])} { // ignore a real class too
-			targets := e.ceTargetPair(tg, ign)
-			logits := e.newPair(backend.Float32, contig(c.n, c.v), e.ceLogits(c.kind, c.v, tg))
-			loss := e.newPair(backend.Float32, contig(c.n), func(int) float64 { return 3 })
-			lse := e.newPair(backend.Float32, contig(c.n), func(int) float64 { return 3 })
-			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.CrossEntropy(v(loss), v(lse), v(logits), v(targets), ign)
-			})
-			what := fmt.Sprintf("cross_entropy %dx%d %s ignore %d", c.n, c.v, c.kind, ign)
-			worstLoss = max(worstLoss, e.compare(what+" loss", loss, opsTol))
-			worstLSE = max(worstLSE, e.compare(what+" lse", lse, opsTol))
-
-			// The backward from the CPU's lse on both, so that only the
-			// backward differs; then again in place (dlogits = logits).
-			lh := make([]float32, c.n)
-			e.ref.Read(lse.ref.Buf, lh)
-			lse2 := e.newPair(backend.Float32, contig(c.n), func(i int) float64 { return float64(lh[i]) })
-			scale := 0.7 / float64(c.n)
-			dl := e.newPair(backend.Float32, contig(c.n, c.v), func(int) float64 { return 3 })
-			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.CrossEntropyBackward(v(dl), v(logits), v(lse2), v(targets), backend.View{}, ign, scale)
-			})
-			worstGrad = max(worstGrad, e.ceRelErr(what+" backward", dl, 2e-5, 1e-30))
-			e.both(func(be backend.Backend, v func(pair) backend.View) {
-				be.CrossEntropyBackward(v(logits), v(logits), v(lse2), v(targets), backend.View{}, ign, scale)
-			})
-			worstGrad = max(worstGrad, e.ceRelErr(what+" backward in place", logits, 2e-5, 1e-30))
-		}
-	}
-	t.Logf("cross_entropy maxdiff: loss %.2e, lse %.2e (scaled by max(1,|want|)); backward max relative error %.2e", worstLoss, worstLSE, worstGrad)
-
-	// Special rows, each with its target ignored and not.
-	for _, r := range ceSpecialRows {
-		tg := []int32{0, ignore, 2}
-		targets := e.ceTargetPair(tg, ignore)
-		logits := e.newPair(backend.Float32, contig(3, 4), func(i int) float64 { return r[i%4] })
-		loss := e.newPair(backend.Float32, contig(3), func(int) float64 { return 3 })
-		lse := e.newPair(backend.Float32, contig(3), func(int) float64 { return 3 })
-		e.both(func(be backend.Backend, v func(pair) backend.View) {
-			be.CrossEntropy(v(loss), v(lse), v(logits), v(targets), ignore)
-		})
-		e.compare(fmt.Sprintf("cross_entropy of %v loss", r), loss, opsTol)
-		e.compare(fmt.Sprintf("cross_entropy of %v lse", r), lse, opsTol)
-		dl := e.newPair(backend.Float32, contig(3, 4), func(int) float64 { return 3 })
-		e.both(func(be backend.Backend, v func(pair) backend.View) {
-			be.CrossEntropyBackward(v(dl), v(logits), v(lse), v(targets), backend.View{}, ignore, 0.5)
-		})
-		e.compare(fmt.Sprintf("cross_entropy_backward of %v", r), dl, opsTol)
-	}
-
-	// An lse a little off the logits' own (both renormalise), an lse that
-	// is finite for a row holding NaN (the unnormalised branch), a nil
-	// loss, strided targets.
-	tg := []int32{1, 0, 2, 1}
-	targets := e.newPair(backend.Int32, vspec{shape: []int{2}, strides: []int{2}, off: 1}, func(i int) float64 { return float64(tg[i]) })
-	logits := e.newPair(backend.Float32, contig(2, 3), e.normal)
-	lseTrue := e.newPair(backend.Float32, contig(2), func(int) float64 { return 0 })
-	e.ref.CrossEntropy(backend.View{}, lseTrue.ref, logits.ref, targets.ref, ignore)
-	lh := make([]float32, 2)
-	e.ref.Read(lseTrue.ref.Buf, lh)
-	lse := e.newPair(backend.Float32, contig(2), func(i int) float64 { return float64(lh[i]) + []float64{0.5, -0.25}[i] })
-	dl := e.newPair(backend.Float32, contig(2, 3), func(int) float64 { return 3 })
-	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropyBackward(v(dl), v(logits), v(lse), v(targets), backend.View{}, ignore, 0.25)
-	})
-	e.ceRelErr("cross_entropy_backward with an lse off by 0.5 and -0.25", dl, 2e-5, 1e-30)
-	nanRow := e.newPair(backend.Float32, contig(2, 3), func(i int) float64 { return []float64{1, math.NaN(), -2, 0.5, 3, math.Inf(1)}[i] })
-	lseFin := e.newPair(backend.Float32, contig(2), func(i int) float64 { return []float64{1.5, 4}[i] })
-	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropyBackward(v(dl), v(nanRow), v(lseFin), v(targets), backend.View{}, ignore, 0.25)
-	})
-	e.ceRelErr("cross_entropy_backward of NaN/+Inf rows with a finite lse", dl, 2e-5, 1e-30)
-	lse3 := e.newPair(backend.Float32, contig(2), func(int) float64 { return 3 })
-	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropy(backend.View{}, v(lse3), v(logits), v(targets), ignore)
-	})
-	e.compare("cross_entropy without loss, strided targets", lse3, opsTol)
-}
-
-// TestOpsCrossEntropyManyRows covers more rows than one grid dimension
-// holds.
-func TestOpsCrossEntropyManyRows(t *testing.T) {
-	e := newOpsEnv(t)
-	const rows = 65535 + 77
-	targets := e.newPair(backend.Int32, contig(rows), func(i int) float64 { return float64(i % 3) })
-	logits := e.newPair(backend.Float32, contig(rows, 3), e.normal)
-	loss := e.newPair(backend.Float32, contig(rows), func(int) float64 { return 3 })
-	lse := e.newPair(backend.Float32, contig(rows), func(int) float64 { return 3 })
-	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropy(v(loss), v(lse), v(logits), v(targets), 1)
-	})
-	e.compare("cross_entropy of many rows: loss", loss, opsTol)
-	e.compare("cross_entropy of many rows: lse", lse, opsTol)
-	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.CrossEntropyBackward(v(logits), v(logits), v(lse), v(targets), backend.View{}, 1, 1)
-	})
-	e.compare("cross_entropy_backward of many rows", logits, opsTol)
-}
-
-func TestOpsIndexFloat64Refused(t *testing.T) {
+// TestOpsIndexRefused: float64 is refused with the backend's message
+// (before any kernel); 16-bit data, which these kernels do not take,
+// panics naming the kernel and the dtype.
+func TestOpsIndexRefused(t *testing.T) {
 	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
 		return map[string]func(){
-			kIndexSelect:      func() { b.IndexSelect(f64, f64, f64, 0) },
-			kIndexAdd:         func() { b.IndexAdd(f64, f64, f64, 0) },
-			kGather:           func() { b.Gather(f64, f64, f64, 0) },
-			kScatterAdd:       func() { b.ScatterAdd(f64, f64, f64, 0) },
-			kCrossEntropy:     func() { b.CrossEntropy(f64, f64, f64, f64, -1) },
-			kCrossEntropyBack: func() { b.CrossEntropyBackward(f64, f64, f64, f64, backend.View{}, -1, 1) },
+			kIndexSelect: func() { b.IndexSelect(f64, f64, f64, 0) },
+			kIndexAdd:    func() { b.IndexAdd(f64, f64, f64, 0) },
+			kGather:      func() { b.Gather(f64, f64, f64, 0) },
+			kScatterAdd:  func() { b.ScatterAdd(f64, f64, f64, 0) },
 		}
 	})
+	e := newOpsEnv(t)
+	idx := e.newPair(backend.Int32, contig(2), func(i int) float64 { return float64(i) })
+	for _, dt := range halfTypes {
+		src := e.newPair(dt, contig(3, 4), e.normal)
+		dst := e.newPair(dt, contig(2, 4), e.normal)
+		for name, fn := range map[string]func(){
+			kIndexSelect: func() { e.dev.IndexSelect(dst.dev, src.dev, idx.dev, 0) },
+			kIndexAdd:    func() { e.dev.IndexAdd(src.dev, dst.dev, idx.dev, 0) },
+		} {
+			wantPanic(t, fmt.Sprintf("%s %v", name, dt), fn, "metal: "+name+": ", "unsupported dtype "+dt.String())
+		}
+		gi := e.newPair(backend.Int32, contig(2, 4), func(int) float64 { return 1 })
+		for name, fn := range map[string]func(){
+			kGather:     func() { e.dev.Gather(dst.dev, src.dev, gi.dev, 0) },
+			kScatterAdd: func() { e.dev.ScatterAdd(src.dev, dst.dev, gi.dev, 0) },
+		} {
+			wantPanic(t, fmt.Sprintf("%s %v", name, dt), fn, "metal: "+name+": ", "unsupported dtype "+dt.String())
+		}
+	}
 }
 
 func TestOpsIndexKernelNames(t *testing.T) {
@@ -425,16 +248,16 @@ func TestOpsIndexKernelNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range append(append([]string(nil), indexKernels...), crossEntropyKernels...) {
+	for _, k := range indexKernels {
 		if _, ok := idx[k]; !ok {
 			t.Errorf("kernel %s is not defined in kernels/*.metal", k)
 		}
 	}
 }
 
-// TestOpsIndexSchedules runs the kernels of index.metal and
-// crossentropy.metal under the forward, reverse and random thread orders:
-// the results must agree bit for bit.
+// TestOpsIndexSchedules runs the kernels of index.metal (the radix sort,
+// the ordered adds, both ScatterAdd routes) under the forward, reverse and
+// random thread orders: the results must agree bit for bit.
 func TestOpsIndexSchedules(t *testing.T) {
 	e := newOpsEnv(t)
 	drv, ok := e.dev.Driver().(*emu.Driver)
@@ -443,7 +266,7 @@ func TestOpsIndexSchedules(t *testing.T) {
 	}
 	defer drv.SetSchedule(emu.Forward, 0)
 	gen := rand.New(rand.NewPCG(5, 6))
-	const s, ni, q, n, v = 300, 700, 5, 6, 2000
+	const s, ni, q = 300, 700, 5
 	data := make([]float32, ni*q)
 	for i := range data {
 		data[i] = float32(gen.NormFloat64() * math.Pow(10, 6*gen.Float64()-3))
@@ -452,11 +275,6 @@ func TestOpsIndexSchedules(t *testing.T) {
 	for i := range ids {
 		ids[i] = int32(gen.IntN(s))
 	}
-	logits := make([]float32, n*v)
-	for i := range logits {
-		logits[i] = float32(3 * gen.NormFloat64())
-	}
-	tgs := []int32{3, -1, 1999, 0, 7, 100}
 	run := func() [][]uint32 {
 		var outs [][]uint32
 		read := func(buf backend.Buffer, k int) { outs = append(outs, readBits(e.dev, buf, k)) }
@@ -486,13 +304,6 @@ func TestOpsIndexSchedules(t *testing.T) {
 		dx3 := e.dev.Alloc(backend.Float32, 30*50)
 		e.dev.ScatterAdd(vw(dx3, 30, 50), vw(src, 70, 50), vw(ib3, 70, 50), 0)
 		read(dx3, 30*50)
-		lb, tb := up(logits, backend.Float32, n*v), up(tgs, backend.Int32, n)
-		loss, lse := e.dev.Alloc(backend.Float32, n), e.dev.Alloc(backend.Float32, n)
-		e.dev.CrossEntropy(vw(loss, n), vw(lse, n), vw(lb, n, v), vw(tb, n), -1)
-		read(loss, n)
-		read(lse, n)
-		e.dev.CrossEntropyBackward(vw(lb, n, v), vw(lb, n, v), vw(lse, n), vw(tb, n), backend.View{}, -1, 0.125)
-		read(lb, n*v)
 		return outs
 	}
 	schedulesAgree(t, drv, run, nil)
@@ -504,32 +315,7 @@ func BenchmarkOpsIndex(b *testing.B) {
 	dev := opsBenchDevice(b)
 	gen := rand.New(rand.NewPCG(7, 8))
 	const vocab, ni, q = 4096, 2048, 128
-	up := func(dt backend.DType, shape ...int) backend.View {
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		buf := dev.Alloc(dt, n)
-		if dt == backend.Int32 {
-			h := make([]int32, n)
-			for i := range h {
-				h[i] = int32(gen.IntN(shape[len(shape)-1]))
-			}
-			if len(shape) == 1 {
-				for i := range h {
-					h[i] = int32(gen.IntN(vocab))
-				}
-			}
-			dev.Write(buf, h)
-		} else {
-			h := make([]float32, n)
-			for i := range h {
-				h[i] = float32(gen.NormFloat64())
-			}
-			dev.Write(buf, h)
-		}
-		return backend.View{Buf: buf, Shape: shape, Strides: backend.ContiguousStrides(shape)}
-	}
+	up := func(dt backend.DType, shape ...int) backend.View { return benchRandView(dev, gen, vocab, dt, shape...) }
 	wte, ids, x := up(backend.Float32, vocab, q), up(backend.Int32, ni), up(backend.Float32, ni, q)
 	b.Run(fmt.Sprintf("index_select_%dx%d_from_%d", ni, q, vocab), func(b *testing.B) {
 		for b.Loop() {
@@ -561,40 +347,34 @@ func BenchmarkOpsIndex(b *testing.B) {
 			}
 		})
 	}
-	for _, sz := range [][2]int{{64, 4096}, {8, 50257}} {
-		n, v := sz[0], sz[1]
-		lg, tg := up(backend.Float32, n, v), up(backend.Int32, n)
-		loss, lse, dl := up(backend.Float32, n), up(backend.Float32, n), up(backend.Float32, n, v)
-		b.Run(fmt.Sprintf("cross_entropy_%dx%d", n, v), func(b *testing.B) {
-			for b.Loop() {
-				dev.CrossEntropy(loss, lse, lg, tg, -1)
-				dev.Sync()
-			}
-		})
-		b.Run(fmt.Sprintf("cross_entropy_backward_%dx%d", n, v), func(b *testing.B) {
-			for b.Loop() {
-				dev.CrossEntropyBackward(dl, lg, lse, tg, backend.View{}, -1, 1)
-				dev.Sync()
-			}
-		})
-	}
 }
 
-// TestOpsCrossEntropyUpstream: the backward's upstream gradient g, read on
-// the device, multiplies the scale as on the CPU, for every logits dtype's
-// float32 g.
-func TestOpsCrossEntropyUpstream(t *testing.T) {
-	e := newOpsEnv(t)
-	const n, v, ignore = 6, 37, 4
-	tg := []int32{1, ignore, 36, 0, 5, 12}
-	targets := e.ceTargetPair(tg, ignore)
-	logits := e.newPair(backend.Float32, contig(n, v), e.normal)
-	lse := e.newPair(backend.Float32, contig(n), func(int) float64 { return 0 })
-	g := e.newPair(backend.Float32, contig(1), func(int) float64 { return -2.5 })
-	dl := e.newPair(backend.Float32, contig(n, v), func(int) float64 { return 7 })
-	e.both(func(be backend.Backend, p func(pair) backend.View) {
-		be.CrossEntropy(backend.View{}, p(lse), p(logits), p(targets), ignore)
-		be.CrossEntropyBackward(p(dl), p(logits), p(lse), p(targets), p(g), ignore, 1.0/5)
-	})
-	e.compare("cross_entropy_backward with g = −2.5", dl, opsTol)
+// benchRandView is a contiguous tensor of shape on dev: float32 normal
+// values, or int32 indices below the last dim (below vocab for a 1-D
+// shape), drawn from gen.
+func benchRandView(dev *Backend, gen *rand.Rand, vocab int, dt backend.DType, shape ...int) backend.View {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	buf := dev.Alloc(dt, n)
+	if dt == backend.Int32 {
+		h := make([]int32, n)
+		for i := range h {
+			h[i] = int32(gen.IntN(shape[len(shape)-1]))
+		}
+		if len(shape) == 1 {
+			for i := range h {
+				h[i] = int32(gen.IntN(vocab))
+			}
+		}
+		dev.Write(buf, h)
+	} else {
+		h := make([]float32, n)
+		for i := range h {
+			h[i] = float32(gen.NormFloat64())
+		}
+		dev.Write(buf, h)
+	}
+	return backend.View{Buf: buf, Shape: shape, Strides: backend.ContiguousStrides(shape)}
 }

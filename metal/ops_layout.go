@@ -114,14 +114,15 @@ func withSuffix(t byDType, suffix string) (l byDType) {
 	return l
 }
 
-// opLabels returns the dispatch labels name.op of t's names for the ops
-// 0 … last, by dtype and op ("unary_f32.exp").
+// opLabels returns the dispatch labels name.op of t's names for the n ops
+// 0 … n−1 (n an enum's count: backend.NumUnaryOps, …), by dtype and op
+// ("unary_f32.exp").
 func opLabels[Op interface {
 	~uint8
 	String() string
-}](t byDType, last Op) (l [backend.BFloat16 + 1][]string) {
+}](t byDType, n Op) (l [backend.BFloat16 + 1][]string) {
 	for _, dt := range floatTypes {
-		for op := Op(0); op <= last; op++ {
+		for op := Op(0); op < n; op++ {
 			l[dt] = append(l[dt], t[dt]+"."+op.String())
 		}
 	}

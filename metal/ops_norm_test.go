@@ -1,16 +1,39 @@
 package metal
 
-// The norm, RoPE and fused training-step ops (ops_norm.go, ops_rope.go,
-// ops_fused.go) against the CPU backend on the emulator, on sizes that hit
-// every path: rows of one simdgroup and of a threadgroup, short rows (C < 32)
-// and long ones (C > 4096), several row blocks for the weight gradients,
-// absent weights and biases, strided RoPE inputs, table growth, SumSquares
-// over one and many blocks, and AdamW over hundreds of steps.
+// RMSNorm, LayerNorm and their backward (ops_norm.go) against the CPU
+// backend, on sizes that hit every path: rows of one simdgroup and of a
+// threadgroup, short rows (C < 32) and long ones (C > 4096), several row
+// blocks for the weight gradients, absent weights and biases, NaN and ±Inf
+// in rows; with float16 and bfloat16 views, every combination of a float32
+// or 16-bit x, y (dy) and w (b, dw, db); bit-identical results across
+// thread schedules; the refused dtype combinations.
+//
+// Each 16-bit case runs three times from the same values: the call under
+// test (16-bit views as given), the float32 kernels on the device with
+// every 16-bit input widened (the "float32 twin"), and the CPU backend on
+// those widened inputs. Two checks per output (check16,
+// ops_layout_test.go):
+//
+//   - Exact: the 16-bit kernels compute in float32 operation for operation
+//     as the float32 kernels do, so a float32 output (rstd, mean, a float32
+//     y or dx) has the twin's bits, and a 16-bit output is the twin's value
+//     rounded once to nearest even on the host (forge/half). This catches
+//     a wrong load or store type, a double rounding or a lost compensation
+//     bit for bit. Required on the emulator; on a GPU logged (its compiler
+//     may contract the two instances differently).
+//   - Against the CPU: the twin is within the float32 tests' tolerance
+//     opsTol·max(1, |want|) of the CPU's float32 result, and rounding once
+//     moves a value by at most half a unit in the last place of the 16-bit
+//     format, so a 16-bit output must lie within
+//     ulp16(max(|got|, |want|))/2 + opsTol·max(1, |want|) of it, a float32
+//     output within opsTol·max(1, |want|). The worst error is logged as a
+//     fraction of that bound.
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -180,424 +203,10 @@ func TestOpsNormParamGradBlocks(t *testing.T) {
 	}
 }
 
-func TestOpsRoPE(t *testing.T) {
-	e := newOpsEnv(t)
-	worst := 0.0
-	for _, c := range []struct {
-		shape []int
-		pos0  int
-		theta float64
-	}{
-		{[]int{2, 5, 6}, 3, 10000},
-		{[]int{3, 7, 64}, 5000, 10000}, // large angles
-		{[]int{1, 33, 128}, 0, 500000},
-		{[]int{4, 1, 2}, 17, 10},
-		{[]int{2, 3, 4, 8}, 1, 10000},
-		{[]int{2, 3, 16}, 100000, 10000}, // far positions: a table of its own
-		{[]int{2, 4, 16}, -5, 10000},     // negative positions (the backend allows them)
-	} {
-		for _, inverse := range []bool{false, true} {
-			x := e.newPair(backend.Float32, contig(c.shape...), e.normal)
-			y := e.newPair(backend.Float32, contig(c.shape...), func(int) float64 { return 7 })
-			e.both(func(be backend.Backend, v func(pair) backend.View) { be.RoPE(v(y), v(x), c.pos0, c.theta, inverse) })
-			worst = max(worst, e.compare(fmt.Sprintf("rope %v pos0 %d theta %v inverse %v", c.shape, c.pos0, c.theta, inverse), y, opsTol))
-			// In place.
-			e.both(func(be backend.Backend, v func(pair) backend.View) { be.RoPE(v(x), v(x), c.pos0, c.theta, inverse) })
-			worst = max(worst, e.compare(fmt.Sprintf("rope in place %v inverse %v", c.shape, inverse), x, opsTol))
-		}
-	}
-	// Decoding: one position at a time grows the table past its capacity.
-	x := e.newPair(backend.Float32, contig(2, 3, 1, 16), e.normal)
-	for pos := 0; pos < 200; pos += 7 {
-		y := e.newPair(backend.Float32, contig(2, 3, 1, 16), func(int) float64 { return 7 })
-		e.both(func(be backend.Backend, v func(pair) backend.View) { be.RoPE(v(y), v(x), pos, 10000, false) })
-		worst = max(worst, e.compare(fmt.Sprintf("rope decode pos %d", pos), y, opsTol))
-	}
-	// Forward then inverse is the identity (to rounding).
-	y := e.newPair(backend.Float32, contig(2, 9, 32), func(int) float64 { return 7 })
-	z := e.newPair(backend.Float32, contig(2, 9, 32), func(int) float64 { return 7 })
-	x2 := e.newPair(backend.Float32, contig(2, 9, 32), e.normal)
-	e.dev.RoPE(y.dev, x2.dev, 11, 10000, false)
-	e.dev.RoPE(z.dev, y.dev, 11, 10000, true)
-	got, _ := e.read(z)
-	want, _ := e.read(x2)
-	for i := range got {
-		if math.Abs(got[i]-want[i]) > 1e-5*max(1, math.Abs(want[i])) {
-			t.Fatalf("rope then inverse: element %d: %g, want %g", i, got[i], want[i])
-		}
-	}
-	t.Logf("rope maxdiff %.2e", worst)
-}
-
-// nfQKVHead is head view of a fused QKV projection (B, T, 3, H, D) seen as
-// (B, H, T, D): which = 0 (q), 1 (k) or 2 (v), with an offset.
-func nfQKVHead(b, tt, h, d, which int) (all, head vspec) {
-	all = vspec{shape: []int{b, tt, 3, h, d}, off: 3}
-	full := all.full()
-	st := full.strides
-	head = vspec{shape: []int{b, h, tt, d}, strides: []int{st[0], st[3], st[1], 1}, off: 3 + which*st[2]}
-	return all, head
-}
-
-// manyDimsRows is manyDims with a contiguous last axis of d: rows of d
-// over more row axes than the kernels index.
-func manyDimsRows(d int) vspec {
-	md := manyDims()
-	md.shape = append(md.shape, d)
-	for i := range md.strides {
-		md.strides[i] *= d
-	}
-	md.strides = append(md.strides, 1)
-	return md
-}
-
-func TestOpsRoPEStrided(t *testing.T) {
-	e := newOpsEnv(t)
-	worst := 0.0
-	for _, c := range [][4]int{{2, 5, 3, 8}, {1, 17, 4, 64}, {3, 1, 2, 2}} {
-		for which := 0; which < 2; which++ {
-			all, head := nfQKVHead(c[0], c[1], c[2], c[3], which)
-			x := e.newPair(backend.Float32, all, e.normal)
-			xv := x
-			hv := head.full()
-			xv.dev.Shape, xv.dev.Strides, xv.dev.Offset = hv.shape, hv.strides, hv.off
-			xv.ref.Shape, xv.ref.Strides, xv.ref.Offset = hv.shape, hv.strides, hv.off
-			for _, inverse := range []bool{false, true} {
-				y := e.newPair(backend.Float32, contig(hv.shape...), func(int) float64 { return 7 })
-				e.both(func(be backend.Backend, v func(pair) backend.View) {
-					be.RoPEStrided(v(y), v(xv), 2, 10000, inverse)
-				})
-				worst = max(worst, e.compare(fmt.Sprintf("rope strided %v which %d inverse %v", c, which, inverse), y, opsTol))
-			}
-		}
-	}
-	// More row axes than the kernel indexes (a contiguous copy first), and
-	// rank 2.
-	md := manyDimsRows(4)
-	x := e.newPair(backend.Float32, md, e.normal)
-	y := e.newPair(backend.Float32, contig(md.shape...), func(int) float64 { return 7 })
-	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.RoPEStrided(v(y), v(x), 4, 10000, false)
-	})
-	worst = max(worst, e.compare("rope strided many dims", y, opsTol))
-	x2 := e.newPair(backend.Float32, vspec{shape: []int{5, 6}, strides: []int{10, 1}, off: 1}, e.normal)
-	y2 := e.newPair(backend.Float32, contig(5, 6), func(int) float64 { return 7 })
-	e.both(func(be backend.Backend, v func(pair) backend.View) {
-		be.RoPEStrided(v(y2), v(x2), 0, 10000, true)
-	})
-	worst = max(worst, e.compare("rope strided rank 2", y2, opsTol))
-	t.Logf("rope strided maxdiff %.2e", worst)
-}
-
-// TestOpsSwiGLU checks SwiGLU against the unfused composition on the same
-// device bit for bit, and against the CPU within the tolerance.
-func TestOpsSwiGLU(t *testing.T) {
-	e := newOpsEnv(t)
-	for _, n := range []int{1, 37 * 300, 5000} {
-		a := e.newPair(backend.Float32, contig(n), func(int) float64 { return 6 * e.rng.NormFloat64() })
-		bb := e.newPair(backend.Float32, contig(n), func(int) float64 { return 2 * e.rng.NormFloat64() })
-		g := e.newPair(backend.Float32, contig(n), e.normal)
-		y := e.newPair(backend.Float32, contig(n), func(int) float64 { return 7 })
-		da := e.newPair(backend.Float32, contig(n), func(int) float64 { return 7 })
-		db := e.newPair(backend.Float32, contig(n), func(int) float64 { return 7 })
-		e.both(func(be backend.Backend, v func(pair) backend.View) {
-			be.SwiGLU(v(y), v(a), v(bb))
-			be.SwiGLUBackward(v(da), v(db), v(a), v(bb), v(g))
-		})
-		wy := e.compare(fmt.Sprintf("swiglu %d y", n), y, opsTol)
-		wa := e.compare(fmt.Sprintf("swiglu %d da", n), da, opsTol)
-		wb := e.compare(fmt.Sprintf("swiglu %d db", n), db, opsTol)
-
-		// The composition on the device: s = silu(a), y = s·b; gb = g·b,
-		// db = g·s, da = SiLU'(a)·gb.
-		s := e.dev.Alloc(backend.Float32, n)
-		y2, gb, da2, db2 := e.dev.Alloc(backend.Float32, n), e.dev.Alloc(backend.Float32, n), e.dev.Alloc(backend.Float32, n), e.dev.Alloc(backend.Float32, n)
-		v := func(buf backend.Buffer) backend.View {
-			return backend.View{Buf: buf, Shape: []int{n}, Strides: []int{1}}
-		}
-		e.dev.Unary(backend.SiLU, backend.Scalars{}, v(s), a.dev)
-		e.dev.Binary(backend.Mul, v(y2), v(s), bb.dev)
-		e.dev.Binary(backend.Mul, v(gb), g.dev, bb.dev)
-		e.dev.Binary(backend.Mul, v(db2), g.dev, v(s))
-		e.dev.UnaryGrad(backend.SiLU, backend.Scalars{}, v(da2), a.dev, v(s), v(gb))
-		for _, c := range []struct {
-			name      string
-			got, want backend.Buffer
-		}{{"y", y.dev.Buf, y2}, {"da", da.dev.Buf, da2}, {"db", db.dev.Buf, db2}} {
-			gh, wh := make([]float32, n), make([]float32, n)
-			e.dev.Read(c.got, gh)
-			e.dev.Read(c.want, wh)
-			for i := range gh {
-				if math.Float32bits(gh[i]) != math.Float32bits(wh[i]) {
-					t.Errorf("swiglu %d %s: element %d: fused %g, composition %g", n, c.name, i, gh[i], wh[i])
-					break
-				}
-			}
-		}
-		t.Logf("swiglu n=%d maxdiff vs cpu: y %.2e da %.2e db %.2e; bit-equal to the device's composition", n, wy, wa, wb)
-	}
-}
-
-func TestOpsSumSquares(t *testing.T) {
-	e := newOpsEnv(t)
-	for _, n := range []int{0, 1, 1000, sumSqBlock, sumSqBlock + 1, 5*sumSqBlock + 777, 300000} {
-		src := e.newPair(backend.Float32, contig(n), func(int) float64 { return 3 * e.rng.NormFloat64() })
-		dst := e.newPair(backend.Float32, vspec{shape: []int{1}, strides: []int{1}, off: 5}, func(int) float64 { return 7 })
-		e.both(func(be backend.Backend, v func(pair) backend.View) { be.SumSquares(v(dst), v(src)) })
-		w := e.compare(fmt.Sprintf("sum_squares %d", n), dst, 1e-6)
-		// Against a float64 sum of the float32 inputs.
-		h := make([]float32, src.n)
-		e.dev.Read(src.dev.Buf, h)
-		var want float64
-		for _, x := range h[:n] {
-			want += float64(x) * float64(x)
-		}
-		got, _ := e.read(dst)
-		rel := math.Abs(got[5]-want) / max(want, 1e-30)
-		if n > 0 && rel > 6e-8 { // half an ulp, and a little
-			t.Errorf("sum_squares %d: %g, float64 sum %g (rel %.2e)", n, got[5], want, rel)
-		}
-		t.Logf("sum_squares n=%d: maxdiff vs cpu %.2e, vs float64 sum %.2e", n, w, rel)
-	}
-}
-
-// TestOpsAdamW runs a few hundred AdamW steps on both devices from the same
-// start, each device on its own state, and reports how far they drift.
-func TestOpsAdamW(t *testing.T) {
-	e := newOpsEnv(t)
-	const n, steps = 3001, 300
-	w := e.newPair(backend.Float32, contig(n), func(i int) float64 {
-		if i%97 == 0 {
-			return 0
-		}
-		return e.rng.NormFloat64()
-	})
-	m := e.newPair(backend.Float32, contig(n), func(int) float64 { return 0 })
-	v := e.newPair(backend.Float32, contig(n), func(int) float64 { return 0 })
-	g := e.newPair(backend.Float32, contig(n), func(int) float64 { return 0 })
-	gh := make([]float32, n)
-	worst := map[string]float64{}
-	mismatch := map[string]int{}
-	for step := 1; step <= steps; step++ {
-		scale := math.Pow(10, float64(step%7)-4) // gradients from 1e-4 to 100
-		for i := range gh {
-			gh[i] = float32(scale * e.rng.NormFloat64())
-			if i%101 == 0 {
-				gh[i] = 0
-			}
-		}
-		e.dev.Write(g.dev.Buf, gh)
-		e.ref.Write(g.ref.Buf, gh)
-		p := backend.AdamWParams{LR: 1e-3 * float64(1+step%3), Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step}
-		if step%50 == 0 {
-			p.WeightDecay = 0
-		}
-		e.both(func(be backend.Backend, pick func(pair) backend.View) {
-			be.AdamW(pick(w), pick(g), pick(m), pick(v), p)
-		})
-		if step%50 == 0 || step == steps {
-			for name, q := range map[string]pair{"param": w, "m": m, "v": v} {
-				got, want := e.read(q)
-				for i := range got {
-					if got[i] != want[i] {
-						mismatch[name]++
-					}
-				}
-				worst[name] = max(worst[name], e.compare(fmt.Sprintf("adamw step %d %s", step, name), q, opsTol))
-			}
-		}
-	}
-	// One step from identical states on both devices, many times: the
-	// per-step agreement (the drift above accumulates single-ulp ties).
-	oneStep := 0
-	for step := 1; step <= 20; step++ {
-		for _, q := range []pair{w, m, v} {
-			h := make([]float32, n)
-			e.ref.Read(q.ref.Buf, h)
-			e.dev.Write(q.dev.Buf, h)
-		}
-		for i := range gh {
-			gh[i] = float32(math.Pow(10, float64(step%7)-4) * e.rng.NormFloat64())
-		}
-		e.dev.Write(g.dev.Buf, gh)
-		e.ref.Write(g.ref.Buf, gh)
-		p := backend.AdamWParams{LR: 3e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: steps + step}
-		e.both(func(be backend.Backend, pick func(pair) backend.View) {
-			be.AdamW(pick(w), pick(g), pick(m), pick(v), p)
-		})
-		for k, q := range []pair{w, m, v} {
-			got, want := e.read(q)
-			for i := range got {
-				if got[i] == want[i] {
-					continue
-				}
-				oneStep++
-				if d := nfULPs(float32(got[i]), float32(want[i])); d > 1 {
-					t.Errorf("adamw single step %d: state %d element %d: %.9g, cpu %.9g (%d ulp)", step, k, i, got[i], want[i], d)
-				}
-			}
-		}
-	}
-	// A tie of the float64 arithmetic (common: β1·m + (1−β1)·g often lands
-	// on a float32 midpoint to within the coefficients' float64 rounding)
-	// may round the other way; anything else is a bug.
-	if oneStep*100 > 20*3*n {
-		t.Errorf("adamw single steps: %d of %d stored values differ from the cpu (more than 1%%)", oneStep, 20*3*n)
-	}
-	t.Logf("adamw single steps from equal states: %d of %d stored values differ (each by 1 ulp)", oneStep, 20*3*n)
-	t.Logf("adamw %d steps × %d elements: maxdiff param %.2e m %.2e v %.2e; elements differing in the last bit at checkpoints: param %d m %d v %d",
-		steps, n, worst["param"], worst["m"], worst["v"], mismatch["param"], mismatch["m"], mismatch["v"])
-}
-
-// TestOpsNormFusedSchedules runs these kernels under the emulator's
-// forward, reverse and random schedules: results must agree bit for bit.
-func TestOpsNormFusedSchedules(t *testing.T) {
-	e := newOpsEnv(t)
-	drv, ok := e.dev.Driver().(*emu.Driver)
-	if !ok {
-		t.Skipf("not the emulator: %T", e.dev.Driver())
-	}
-	defer drv.SetSchedule(emu.Forward, 0)
-	gen := rand.New(rand.NewPCG(5, 6))
-	const n = 3 * sumSqBlock / 2
-	in := make([]float32, n)
-	for i := range in {
-		in[i] = float32(gen.NormFloat64())
-	}
-	run := func() [][]uint32 {
-		var outs [][]uint32
-		dev := e.dev
-		up := func(k int) backend.Buffer {
-			b := dev.Alloc(backend.Float32, k)
-			dev.Write(b, in[:k])
-			return b
-		}
-		v := contigView
-		read := func(b backend.Buffer, k int) { outs = append(outs, readBits(dev, b, k)) }
-		x := up(n)
-		for _, sh := range [][2]int{{24, 1000}, {300, 40}} {
-			r, c := sh[0], sh[1]
-			y, mu, rs, dx, dw, db := dev.Alloc(backend.Float32, r*c), dev.Alloc(backend.Float32, r), dev.Alloc(backend.Float32, r),
-				dev.Alloc(backend.Float32, r*c), dev.Alloc(backend.Float32, c), dev.Alloc(backend.Float32, c)
-			w := v(x, 7, c)
-			dev.LayerNorm(v(y, 0, r, c), v(mu, 0, r), v(rs, 0, r), v(x, 0, r, c), w, v(x, 3, c), 1e-5)
-			dev.LayerNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(db, 0, c), v(x, 11, r, c), v(x, 0, r, c), w, v(mu, 0, r), v(rs, 0, r))
-			read(y, r*c)
-			read(mu, r)
-			read(rs, r)
-			read(dx, r*c)
-			read(dw, c)
-			read(db, c)
-			dev.RMSNorm(v(y, 0, r, c), v(rs, 0, r), v(x, 0, r, c), w, 1e-6)
-			dev.RMSNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(x, 11, r, c), v(x, 0, r, c), w, v(rs, 0, r))
-			read(y, r*c)
-			read(rs, r)
-			read(dx, r*c)
-			read(dw, c)
-		}
-		s := dev.Alloc(backend.Float32, 2)
-		dev.Write(s, []float32{0, 0})
-		dev.SumSquares(v(s, 1, 1), v(x, 0, n))
-		read(s, 2)
-		y := dev.Alloc(backend.Float32, 4*10*32)
-		dev.RoPE(v(y, 0, 4, 10, 32), v(x, 0, 4, 10, 32), 9, 10000, false)
-		read(y, 4*10*32)
-		da, db := dev.Alloc(backend.Float32, 5000), dev.Alloc(backend.Float32, 5000)
-		dev.SwiGLUBackward(v(da, 0, 5000), v(db, 0, 5000), v(x, 0, 5000), v(x, 1, 5000), v(x, 2, 5000))
-		read(da, 5000)
-		read(db, 5000)
-		return outs
-	}
-	schedulesAgree(t, drv, run, nil)
-}
-
-func TestOpsNormFusedFloat64Refused(t *testing.T) {
-	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
-		return map[string]func(){
-			kRMSNorm:       func() { b.RMSNorm(f64, f64, f64, f64, 1e-5) },
-			kRMSNormBack:   func() { b.RMSNormBackward(f64, f64, f64, f64, f64, f64) },
-			kLayerNorm:     func() { b.LayerNorm(f64, f64, f64, f64, f64, f64, 1e-5) },
-			kLayerNormBack: func() { b.LayerNormBackward(f64, f64, f64, f64, f64, f64, f64, f64) },
-			kRoPE:          func() { b.RoPE(f64, f64, 0, 10000, false) },
-			kSwiGLU:        func() { b.SwiGLU(f64, f64, f64) },
-			kSwiGLUBack:    func() { b.SwiGLUBackward(f64, f64, f64, f64, f64) },
-			kSumSquares:    func() { b.SumSquares(f64, f64) },
-			kAdamW:         func() { b.AdamW(f64, f64, f64, f64, backend.AdamWParams{Step: 1}) },
-		}
-	})
-}
-
-func TestOpsNormFusedKernelNames(t *testing.T) {
-	idx, err := kernelIndex(kernels.Sources())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{kRMSNorm, kRMSNormBack, kLayerNorm, kLayerNormBack, kNormParamGradBy[backend.Float32],
-		kNormColSumBy[backend.Float32], kRoPE, kSwiGLU, kSwiGLUBack, kSumSquares, kAdamW} {
-		if _, ok := idx[k]; !ok {
-			t.Errorf("kernel %s is not defined in kernels/*.metal", k)
-		}
-	}
-}
-
-// nfULPs is the distance between two float32 values in units in the last
-// place (the number of floats between them).
-func nfULPs(a, b float32) int64 {
-	key := func(x float32) int64 {
-		u := int64(math.Float32bits(x))
-		if u&(1<<31) != 0 {
-			return -(u &^ (1 << 31))
-		}
-		return u
-	}
-	d := key(a) - key(b)
-	if d < 0 {
-		d = -d
-	}
-	return d
-}
-
-// Emulator timings of these kernels (go test -bench NormFused -run '^$'
-// ./metal); they measure the emulation, not a GPU.
-func BenchmarkOpsNormFused(b *testing.B) {
-	dev := opsBenchDevice(b)
-	up := func(shape ...int) backend.View { return benchView(dev, 0.1, shape...) }
-	bench := func(name string, fn func()) {
-		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
-				fn()
-				dev.Sync()
-			}
-		})
-	}
-	for _, c := range []int{64, 1024} {
-		const rows = 64
-		x, y, dx, dy := up(rows, c), up(rows, c), up(rows, c), up(rows, c)
-		w, bb, dw, db := up(c), up(c), up(c), up(c)
-		mu, rs := up(rows), up(rows)
-		bench(fmt.Sprintf("rms_norm_%dx%d", rows, c), func() { dev.RMSNorm(y, rs, x, w, 1e-6) })
-		bench(fmt.Sprintf("rms_norm_backward_%dx%d", rows, c), func() { dev.RMSNormBackward(dx, dw, dy, x, w, rs) })
-		bench(fmt.Sprintf("layer_norm_%dx%d", rows, c), func() { dev.LayerNorm(y, mu, rs, x, w, bb, 1e-5) })
-		bench(fmt.Sprintf("layer_norm_backward_%dx%d", rows, c), func() { dev.LayerNormBackward(dx, dw, db, dy, x, w, mu, rs) })
-	}
-	q, qy := up(4, 8, 128, 64), up(4, 8, 128, 64)
-	bench("rope_4x8x128x64", func() { dev.RoPE(qy, q, 0, 10000, false) })
-	a, bv, g, da, dbv := up(1<<20), up(1<<20), up(1<<20), up(1<<20), up(1<<20)
-	bench("swiglu_1M", func() { dev.SwiGLU(da, a, bv) })
-	bench("swiglu_backward_1M", func() { dev.SwiGLUBackward(da, dbv, a, bv, g) })
-	s := up(1)
-	bench("sum_squares_1M", func() { dev.SumSquares(s, a) })
-	m, v := up(1<<20), up(1<<20)
-	step := 0
-	bench("adamw_1M", func() {
-		step++
-		dev.AdamW(da, g, m, v, backend.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step})
-	})
-}
-
 // TestOpsNormSpecialValues feeds rows holding NaN and ±Inf (one per row, in
-// both row modes) through the norms and SumSquares: the results must be
-// the CPU's (NaN where it has NaN).
+// both row modes) through the norms: the results must be the CPU's (NaN
+// where it has NaN); 16-bit rows (1e30 is +Inf in float16) must be the
+// float32 kernels' results on the widened rows and the CPU's (check16).
 func TestOpsNormSpecialValues(t *testing.T) {
 	e := newOpsEnv(t)
 	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 1e30}
@@ -623,16 +232,504 @@ func TestOpsNormSpecialValues(t *testing.T) {
 		e.compare(fmt.Sprintf("layer_norm specials C=%d rstd", c), rs, opsTol)
 		e.compare(fmt.Sprintf("rms_norm specials C=%d y", c), y2, opsTol)
 		e.compare(fmt.Sprintf("rms_norm specials C=%d rstd", c), rs2, opsTol)
+		for _, dt := range halfTypes {
+			what := fmt.Sprintf("%v specials C=%d", dt, c)
+			x, xf := e.nhIn(dt, contig(n, c), gen)
+			y, yf := e.nhOut(dt, contig(n, c))
+			mu, muf := e.nhOut(backend.Float32, contig(n))
+			rs, rsf := e.nhOut(backend.Float32, contig(n))
+			e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, backend.View{}, backend.View{}, 1e-5)
+			e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, backend.View{}, backend.View{}, 1e-5)
+			e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, backend.View{}, backend.View{}, 1e-5)
+			e.check16("layer_norm "+what+" y", y, yf, tolOps)
+			e.check16("layer_norm "+what+" rstd", rs, rsf, tolOps)
+			y, yf = e.nhOut(dt, contig(n, c))
+			rs, rsf = e.nhOut(backend.Float32, contig(n))
+			e.dev.RMSNorm(y.dev, rs.dev, x.dev, backend.View{}, 1e-5)
+			e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, backend.View{}, 1e-5)
+			e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, backend.View{}, 1e-5)
+			e.check16("rms_norm "+what+" y", y, yf, tolOps)
+			e.check16("rms_norm "+what+" rstd", rs, rsf, tolOps)
+		}
 	}
-	for _, sp := range specials {
-		src := e.newPair(backend.Float32, contig(40000), func(i int) float64 {
-			if i == 20000 {
-				return sp
+}
+
+// nhShapes are (N, C): one row per simdgroup (C ≤ 512) with C below, at and
+// past multiples of 32 and a partial last threadgroup of rows, and one row
+// per threadgroup (C > 512) with C not a multiple of the threadgroup.
+var nhShapes = [][2]int{{1, 1}, {13, 5}, {9, 33}, {70, 64}, {5, 512}, {4, 513}, {3, 1000}, {2, 4099}}
+
+// nhIn is an input of dtype dt: t is the view the call under test reads
+// (16-bit, or float32), f its values as float32 on both devices (t itself
+// when dt is float32).
+func (e *opsEnv) nhIn(dt backend.DType, s vspec, gen func(int) float64) (t, f pair) {
+	if dt.IsHalf() {
+		return e.newPair16(dt, s, gen)
+	}
+	p := e.newPair(backend.Float32, s, gen)
+	return p, p
+}
+
+// nhOut is an output: t of dtype dt for the call under test, f float32 for
+// the float32 twin (f.dev) and the CPU (f.ref), all filled with 7.
+func (e *opsEnv) nhOut(dt backend.DType, s vspec) (t, f pair) {
+	seven := func(int) float64 { return 7 }
+	return e.newPair(dt, s, seven), e.newPair(backend.Float32, s, seven)
+}
+
+func nhDev(p pair) backend.View { return p.dev }
+
+func nhRef(p pair) backend.View { return p.ref }
+
+// nhDTypes are the (x, y, w) dtypes of the cases for 16-bit dtype dt: each
+// float32 or dt (dy has y's dtype, dx x's, b, dw and db w's).
+func nhDTypes(dt backend.DType) [][3]backend.DType {
+	var out [][3]backend.DType
+	for k := 0; k < 8; k++ {
+		pick := func(bit int) backend.DType {
+			if k&(1<<bit) != 0 {
+				return dt
 			}
-			return e.rng.NormFloat64()
+			return backend.Float32
+		}
+		out = append(out, [3]backend.DType{pick(0), pick(1), pick(2)})
+	}
+	return out
+}
+
+// nhWorst collects check16 results by label (nhKind).
+type nhWorst map[string]halfWorst
+
+func (w nhWorst) add(label string, o halfWorst) {
+	x := w[label]
+	x.add(o)
+	w[label] = x
+}
+
+func (w nhWorst) log(t *testing.T, title string) {
+	t.Helper()
+	var parts []string
+	inexact := 0
+	for _, k := range []string{"y", "rstd", "mean", "dx", "dw", "db"} {
+		if v, ok := w[k+" float32"]; ok {
+			parts = append(parts, fmt.Sprintf("%s float32 %.2g", k, v.ofBound))
+			inexact += v.inexact
+		}
+		if v, ok := w[k+" 16-bit"]; ok {
+			parts = append(parts, fmt.Sprintf("%s 16-bit %.3f (%.3f ulp16)", k, v.ofBound, v.ulps))
+			inexact += v.inexact
+		}
+	}
+	if inexact > 0 {
+		parts = append(parts, fmt.Sprintf("%d elements not the float32 kernel's result", inexact))
+	}
+	t.Logf("%s: worst error / bound: %s", title, strings.Join(parts, ", "))
+}
+
+func nhKind(name string, dt backend.DType) string {
+	if dt.IsHalf() {
+		return name + " 16-bit"
+	}
+	return name + " float32"
+}
+
+func TestNormHalfRMSNorm(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		worst := nhWorst{}
+		for _, sh := range nhShapes {
+			n, c := sh[0], sh[1]
+			for _, dts := range nhDTypes(dt) {
+				xdt, ydt, wdt := dts[0], dts[1], dts[2]
+				for _, withW := range []bool{true, false} {
+					if !withW && wdt.IsHalf() {
+						continue // the same case as with wdt float32
+					}
+					what := fmt.Sprintf("rms_norm %v %dx%d x %v y %v w %v (%v)", dt, n, c, xdt, ydt, wdt, withW)
+					x, xf := e.nhIn(xdt, contig(n, c), func(int) float64 { return 2 * e.rng.NormFloat64() })
+					var w, wf pair
+					if withW {
+						w, wf = e.nhIn(wdt, contig(c), e.uniform(0.5, 1.5))
+					}
+					y, yf := e.nhOut(ydt, contig(n, c))
+					rs, rsf := e.nhOut(backend.Float32, contig(n))
+					e.dev.RMSNorm(y.dev, rs.dev, x.dev, optView(w, nhDev), 1e-6)
+					e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, optView(wf, nhDev), 1e-6)
+					e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, optView(wf, nhRef), 1e-6)
+					worst.add(nhKind("y", ydt), e.check16(what+" y", y, yf, tolOps))
+					worst.add("rstd float32", e.check16(what+" rstd", rs, rsf, tolOps))
+
+					// Backward from the CPU's rstd, dy of y's dtype, dx of x's,
+					// dw of w's (without w: 16-bit if x is).
+					rstd := e.nfHostCopy(rsf)
+					dy, dyf := e.nhIn(ydt, contig(n, c), e.normal)
+					dwdt := wdt
+					if !withW {
+						dwdt = xdt
+					}
+					for _, withDX := range []bool{true, false} {
+						dx, dxf := e.nhOut(xdt, contig(n, c))
+						dw, dwf := e.nhOut(dwdt, contig(c))
+						if !withDX {
+							dx, dxf = pair{}, pair{}
+						}
+						e.dev.RMSNormBackward(optView(dx, nhDev), dw.dev, dy.dev, x.dev, optView(w, nhDev), rstd.dev)
+						e.dev.RMSNormBackward(optView(dxf, nhDev), dwf.dev, dyf.dev, xf.dev, optView(wf, nhDev), rstd.dev)
+						e.ref.RMSNormBackward(optView(dxf, nhRef), dwf.ref, dyf.ref, xf.ref, optView(wf, nhRef), rstd.ref)
+						bw := fmt.Sprintf("%s backward dx=%v dw %v", what, withDX, dwdt)
+						if withDX {
+							worst.add(nhKind("dx", xdt), e.check16(bw+" dx", dx, dxf, tolOps))
+						}
+						worst.add(nhKind("dw", dwdt), e.check16(bw+" dw", dw, dwf, tolOps))
+					}
+				}
+			}
+		}
+		worst.log(t, fmt.Sprintf("rms_norm %v", dt))
+	}
+}
+
+func TestNormHalfLayerNorm(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		worst := nhWorst{}
+		for si, sh := range nhShapes {
+			n, c := sh[0], sh[1]
+			for ci, dts := range nhDTypes(dt) {
+				xdt, ydt, wdt := dts[0], dts[1], dts[2]
+				for mode := 0; mode < 4; mode++ { // bit 0: w, bit 1: b
+					withW, withB := mode&1 != 0, mode&2 != 0
+					if mode == 0 && wdt.IsHalf() {
+						continue // the same case as with wdt float32
+					}
+					shift := 0.0
+					if (si+ci+mode)%3 == 0 {
+						shift = 100 // a mean far from zero against a spread of 1
+					}
+					what := fmt.Sprintf("layer_norm %v %dx%d x %v y %v w/b %v (%v/%v) shift %v", dt, n, c, xdt, ydt, wdt, withW, withB, shift)
+					x, xf := e.nhIn(xdt, contig(n, c), func(int) float64 { return shift + e.rng.NormFloat64() })
+					var w, wf, b, bf pair
+					if withW {
+						w, wf = e.nhIn(wdt, contig(c), e.uniform(0.5, 1.5))
+					}
+					if withB {
+						b, bf = e.nhIn(wdt, contig(c), e.normal)
+					}
+					y, yf := e.nhOut(ydt, contig(n, c))
+					mu, muf := e.nhOut(backend.Float32, contig(n))
+					rs, rsf := e.nhOut(backend.Float32, contig(n))
+					e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, optView(w, nhDev), optView(b, nhDev), 1e-5)
+					e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, optView(wf, nhDev), optView(bf, nhDev), 1e-5)
+					e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, optView(wf, nhRef), optView(bf, nhRef), 1e-5)
+					worst.add(nhKind("y", ydt), e.check16(what+" y", y, yf, tolOps))
+					worst.add("mean float32", e.check16(what+" mean", mu, muf, tolOps))
+					worst.add("rstd float32", e.check16(what+" rstd", rs, rsf, tolOps))
+
+					mean, rstd := e.nfHostCopy(muf), e.nfHostCopy(rsf)
+					dy, dyf := e.nhIn(ydt, contig(n, c), e.normal)
+					gdt := wdt
+					if !withW {
+						gdt = xdt
+					}
+					for grads := 1; grads < 8; grads++ { // bit 0: dx, bit 1: dw, bit 2: db
+						if mode != 3 && grads != 7 && grads != 1 {
+							continue // every subset once per shape, with w and b
+						}
+						var dx, dxf, dw, dwf, db, dbf pair
+						if grads&1 != 0 {
+							dx, dxf = e.nhOut(xdt, contig(n, c))
+						}
+						if grads&2 != 0 {
+							dw, dwf = e.nhOut(gdt, contig(c))
+						}
+						if grads&4 != 0 {
+							db, dbf = e.nhOut(gdt, contig(c))
+						}
+						e.dev.LayerNormBackward(optView(dx, nhDev), optView(dw, nhDev), optView(db, nhDev), dy.dev, x.dev, optView(w, nhDev), mean.dev, rstd.dev)
+						e.dev.LayerNormBackward(optView(dxf, nhDev), optView(dwf, nhDev), optView(dbf, nhDev), dyf.dev, xf.dev, optView(wf, nhDev), mean.dev, rstd.dev)
+						e.ref.LayerNormBackward(optView(dxf, nhRef), optView(dwf, nhRef), optView(dbf, nhRef), dyf.ref, xf.ref, optView(wf, nhRef), mean.ref, rstd.ref)
+						bw := fmt.Sprintf("%s backward grads %03b (dw/db %v)", what, grads, gdt)
+						if dx.dev.Buf != nil {
+							worst.add(nhKind("dx", xdt), e.check16(bw+" dx", dx, dxf, tolOps))
+						}
+						if dw.dev.Buf != nil {
+							worst.add(nhKind("dw", gdt), e.check16(bw+" dw", dw, dwf, tolOps))
+						}
+						if db.dev.Buf != nil {
+							worst.add(nhKind("db", gdt), e.check16(bw+" db", db, dbf, tolOps))
+						}
+					}
+				}
+			}
+		}
+		worst.log(t, fmt.Sprintf("layer_norm %v", dt))
+	}
+}
+
+// TestNormHalfLargeRows: bfloat16 x whose squares overflow float32 (the
+// rescaled pass of both forward kernels), into bfloat16 and float32 y.
+func TestNormHalfLargeRows(t *testing.T) {
+	e := newOpsEnv(t)
+	dt := backend.BFloat16
+	worst := nhWorst{}
+	for _, sh := range [][2]int{{6, 40}, {2, 1500}} {
+		n, c := sh[0], sh[1]
+		for _, ydt := range []backend.DType{dt, backend.Float32} {
+			what := fmt.Sprintf("%v x of 1e20 %dx%d y %v", dt, n, c, ydt)
+			x, xf := e.nhIn(dt, contig(n, c), func(int) float64 { return 1e20 * (3 + e.rng.NormFloat64()) })
+			w, wf := e.nhIn(dt, contig(c), e.uniform(0.5, 1.5))
+			y, yf := e.nhOut(ydt, contig(n, c))
+			rs, rsf := e.nhOut(backend.Float32, contig(n))
+			e.dev.RMSNorm(y.dev, rs.dev, x.dev, w.dev, 1e-6)
+			e.dev.RMSNorm(yf.dev, rsf.dev, xf.dev, wf.dev, 1e-6)
+			e.ref.RMSNorm(yf.ref, rsf.ref, xf.ref, wf.ref, 1e-6)
+			worst.add(nhKind("y", ydt), e.check16("rms_norm "+what+" y", y, yf, tolOps))
+			worst.add("rstd float32", e.check16("rms_norm "+what+" rstd", rs, rsf, tolOps))
+
+			y, yf = e.nhOut(ydt, contig(n, c))
+			mu, muf := e.nhOut(backend.Float32, contig(n))
+			rs, rsf = e.nhOut(backend.Float32, contig(n))
+			e.dev.LayerNorm(y.dev, mu.dev, rs.dev, x.dev, w.dev, backend.View{}, 1e-5)
+			e.dev.LayerNorm(yf.dev, muf.dev, rsf.dev, xf.dev, wf.dev, backend.View{}, 1e-5)
+			e.ref.LayerNorm(yf.ref, muf.ref, rsf.ref, xf.ref, wf.ref, backend.View{}, 1e-5)
+			worst.add(nhKind("y", ydt), e.check16("layer_norm "+what+" y", y, yf, tolOps))
+			worst.add("mean float32", e.check16("layer_norm "+what+" mean", mu, muf, tolOps))
+			worst.add("rstd float32", e.check16("layer_norm "+what+" rstd", rs, rsf, tolOps))
+		}
+	}
+	worst.log(t, "bfloat16 x of 1e20")
+}
+
+// TestNormHalfParamGradBlocks: the weight and bias gradients over many row
+// blocks (a short last one) and over no rows (zeros), from 16-bit dy and
+// x, into 16-bit and float32 dw and db, without dx.
+func TestNormHalfParamGradBlocks(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		worst := nhWorst{}
+		for _, sh := range [][2]int{{3001, 8}, {1030, 70}, {0, 9}} {
+			n, c := sh[0], sh[1]
+			for _, io := range [][2]backend.DType{{dt, dt}, {backend.Float32, dt}, {dt, backend.Float32}} {
+				xdt, ydt := io[0], io[1]
+				x, xf := e.nhIn(xdt, contig(n, c), e.normal)
+				dy, dyf := e.nhIn(ydt, contig(n, c), e.normal)
+				mu := e.newPair(backend.Float32, contig(n), e.normal)
+				rs := e.newPair(backend.Float32, contig(n), e.uniform(0.5, 2))
+				for _, gdt := range []backend.DType{dt, backend.Float32} {
+					what := fmt.Sprintf("%v %dx%d x %v dy %v grads %v", dt, n, c, xdt, ydt, gdt)
+					dw, dwf := e.nhOut(gdt, contig(c))
+					db, dbf := e.nhOut(gdt, contig(c))
+					dw2, dw2f := e.nhOut(gdt, contig(c))
+					e.dev.LayerNormBackward(backend.View{}, dw.dev, db.dev, dy.dev, x.dev, backend.View{}, mu.dev, rs.dev)
+					e.dev.LayerNormBackward(backend.View{}, dwf.dev, dbf.dev, dyf.dev, xf.dev, backend.View{}, mu.dev, rs.dev)
+					e.ref.LayerNormBackward(backend.View{}, dwf.ref, dbf.ref, dyf.ref, xf.ref, backend.View{}, mu.ref, rs.ref)
+					e.dev.RMSNormBackward(backend.View{}, dw2.dev, dy.dev, x.dev, backend.View{}, rs.dev)
+					e.dev.RMSNormBackward(backend.View{}, dw2f.dev, dyf.dev, xf.dev, backend.View{}, rs.dev)
+					e.ref.RMSNormBackward(backend.View{}, dw2f.ref, dyf.ref, xf.ref, backend.View{}, rs.ref)
+					worst.add(nhKind("dw", gdt), e.check16("layer_norm dw "+what, dw, dwf, tolOps))
+					worst.add(nhKind("db", gdt), e.check16("layer_norm db "+what, db, dbf, tolOps))
+					worst.add(nhKind("dw", gdt), e.check16("rms_norm dw "+what, dw2, dw2f, tolOps))
+				}
+			}
+		}
+		worst.log(t, fmt.Sprintf("param grads %v", dt))
+	}
+}
+
+// TestOpsNormSchedules runs the norm kernels under the emulator's
+// forward, reverse and random schedules: float32 (both row modes, the
+// param grads), and every 16-bit form (both row modes, the param grads
+// over several row blocks, 16-bit and float32 column sums). The results
+// must agree bit for bit.
+func TestOpsNormSchedules(t *testing.T) {
+	e := newOpsEnv(t)
+	drv, ok := e.dev.Driver().(*emu.Driver)
+	if !ok {
+		t.Skipf("not the emulator: %T", e.dev.Driver())
+	}
+	defer drv.SetSchedule(emu.Forward, 0)
+	gen := rand.New(rand.NewPCG(5, 6))
+	in := make([]float32, 3*sumSqBlock/2)
+	for i := range in {
+		in[i] = float32(gen.NormFloat64())
+	}
+	gen = rand.New(rand.NewPCG(9, 10))
+	const n = 24*1000 + 64
+	host := make([]float32, n)
+	for i := range host {
+		host[i] = float32(gen.NormFloat64())
+	}
+	var labels []string
+	run := func() [][]uint32 {
+		var outs [][]uint32
+		labels = labels[:0]
+		dev := e.dev
+		v := contigView
+		read := func(label string, b backend.Buffer, k int) {
+			outs = append(outs, readBits(dev, b, k))
+			labels = append(labels, label)
+		}
+		// float32.
+		x := dev.Alloc(backend.Float32, len(in))
+		dev.Write(x, in)
+		for _, sh := range [][2]int{{24, 1000}, {300, 40}} {
+			r, c := sh[0], sh[1]
+			tag := fmt.Sprintf("float32 %dx%d", r, c)
+			y, mu, rs, dx, dw, db := dev.Alloc(backend.Float32, r*c), dev.Alloc(backend.Float32, r), dev.Alloc(backend.Float32, r),
+				dev.Alloc(backend.Float32, r*c), dev.Alloc(backend.Float32, c), dev.Alloc(backend.Float32, c)
+			w := v(x, 7, c)
+			dev.LayerNorm(v(y, 0, r, c), v(mu, 0, r), v(rs, 0, r), v(x, 0, r, c), w, v(x, 3, c), 1e-5)
+			dev.LayerNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(db, 0, c), v(x, 11, r, c), v(x, 0, r, c), w, v(mu, 0, r), v(rs, 0, r))
+			read("layer_norm y "+tag, y, r*c)
+			read("layer_norm mean "+tag, mu, r)
+			read("layer_norm rstd "+tag, rs, r)
+			read("layer_norm dx "+tag, dx, r*c)
+			read("layer_norm dw "+tag, dw, c)
+			read("layer_norm db "+tag, db, c)
+			dev.RMSNorm(v(y, 0, r, c), v(rs, 0, r), v(x, 0, r, c), w, 1e-6)
+			dev.RMSNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(x, 11, r, c), v(x, 0, r, c), w, v(rs, 0, r))
+			read("rms_norm y "+tag, y, r*c)
+			read("rms_norm rstd "+tag, rs, r)
+			read("rms_norm dx "+tag, dx, r*c)
+			read("rms_norm dw "+tag, dw, c)
+		}
+		// 16-bit.
+		up := func(dt backend.DType) backend.Buffer {
+			b := dev.Alloc(dt, n)
+			if dt == backend.Float32 {
+				dev.Write(b, host)
+				return b
+			}
+			dev.Write(b, narrowAll(dt, host))
+			return b
+		}
+		for _, dt := range halfTypes {
+			// (x, y/dy, w/b/dw/db): the intended float32 residual into 16-bit
+			// y, all 16-bit, 16-bit x into float32 y.
+			for _, dts := range [][3]backend.DType{{backend.Float32, dt, backend.Float32}, {dt, dt, dt}, {dt, backend.Float32, dt}} {
+				xb, yb, wb := up(dts[0]), up(dts[1]), up(dts[2])
+				for _, sh := range [][2]int{{24, 1000}, {300, 40}} {
+					r, c := sh[0], sh[1]
+					tag := fmt.Sprintf("%v x %v y %v w %v %dx%d", dt, dts[0], dts[1], dts[2], r, c)
+					y, dx := dev.Alloc(dts[1], r*c), dev.Alloc(dts[0], r*c)
+					dw, db := dev.Alloc(dts[2], c), dev.Alloc(dts[2], c)
+					mu, rs := dev.Alloc(backend.Float32, r), dev.Alloc(backend.Float32, r)
+					w, bias := v(wb, 7, c), v(wb, 3, c)
+					dev.LayerNorm(v(y, 0, r, c), v(mu, 0, r), v(rs, 0, r), v(xb, 0, r, c), w, bias, 1e-5)
+					dev.LayerNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(db, 0, c), v(yb, 11, r, c), v(xb, 0, r, c), w, v(mu, 0, r), v(rs, 0, r))
+					read("layer_norm y "+tag, y, r*c)
+					read("layer_norm mean "+tag, mu, r)
+					read("layer_norm rstd "+tag, rs, r)
+					read("layer_norm dx "+tag, dx, r*c)
+					read("layer_norm dw "+tag, dw, c)
+					read("layer_norm db "+tag, db, c)
+					dev.RMSNorm(v(y, 0, r, c), v(rs, 0, r), v(xb, 0, r, c), w, 1e-6)
+					dev.RMSNormBackward(v(dx, 0, r, c), v(dw, 0, c), v(yb, 11, r, c), v(xb, 0, r, c), w, v(rs, 0, r))
+					read("rms_norm y "+tag, y, r*c)
+					read("rms_norm rstd "+tag, rs, r)
+					read("rms_norm dx "+tag, dx, r*c)
+					read("rms_norm dw "+tag, dw, c)
+				}
+			}
+		}
+		return outs
+	}
+	schedulesAgree(t, drv, run, func(i int) string { return labels[i] })
+}
+
+// TestOpsNormRefused: float64 is refused with the backend's message
+// (before any kernel), and the dtype combinations outside the contract
+// panic naming the kernel and the dtypes.
+func TestOpsNormRefused(t *testing.T) {
+	refusesFloat64(t, func(b *Backend, f64 backend.View) map[string]func() {
+		return map[string]func(){
+			kRMSNorm:       func() { b.RMSNorm(f64, f64, f64, f64, 1e-5) },
+			kRMSNormBack:   func() { b.RMSNormBackward(f64, f64, f64, f64, f64, f64) },
+			kLayerNorm:     func() { b.LayerNorm(f64, f64, f64, f64, f64, f64, 1e-5) },
+			kLayerNormBack: func() { b.LayerNormBackward(f64, f64, f64, f64, f64, f64, f64, f64) },
+		}
+	})
+	e := newOpsEnv(t)
+	f16 := e.newPair(backend.Float16, contig(2, 4), e.normal)
+	bf16 := e.newPair(backend.BFloat16, contig(2, 4), e.normal)
+	w16 := e.newPair(backend.Float16, contig(4), e.normal)
+	wbf := e.newPair(backend.BFloat16, contig(4), e.normal)
+	f32 := e.newPair(backend.Float32, contig(2, 4), e.normal)
+	w32 := e.newPair(backend.Float32, contig(4), e.normal)
+	s32 := e.newPair(backend.Float32, contig(2), e.normal)
+	s16 := e.newPair(backend.Float16, contig(2), e.normal)
+	i32 := e.newPair(backend.Int32, contig(2, 4), func(int) float64 { return 1 })
+	x, y, w, b, s, s2 := f16.dev, bf16.dev, w32.dev, wbf.dev, s32.dev, s16.dev
+	none := backend.View{}
+	for _, c := range []struct {
+		name, kernel string
+		fn           func()
+		words        []string // in the message
+	}{
+		{"rms_norm f16 x into bf16 y", kRMSNorm, func() { e.dev.RMSNorm(y, s, x, w, 1e-6) }, []string{"y bfloat16", "x float16", "at most one 16-bit dtype"}},
+		{"rms_norm f16 x, bf16 w", kRMSNorm, func() { e.dev.RMSNorm(f32.dev, s, x, b, 1e-6) }, []string{"x float16", "w bfloat16"}},
+		{"rms_norm f16 rstd", kRMSNorm, func() { e.dev.RMSNorm(x, s2, x, w, 1e-6) }, []string{"rstd must be float32", "rstd float16"}},
+		{"rms_norm int32 x", kRMSNorm, func() { e.dev.RMSNorm(f32.dev, s, i32.dev, w, 1e-6) }, []string{"x must be float32, float16 or bfloat16", "x int32"}},
+		{"layer_norm w f32, b f16", kLayerNorm, func() { e.dev.LayerNorm(x, s, s, x, w, w16.dev, 1e-5) }, []string{"b must have w's dtype", "w float32", "b float16"}},
+		{"layer_norm bf16 y, f16 b", kLayerNorm, func() { e.dev.LayerNorm(y, s, s, f32.dev, none, w16.dev, 1e-5) }, []string{"y bfloat16", "b float16"}},
+		{"layer_norm f16 mean", kLayerNorm, func() { e.dev.LayerNorm(x, s2, s, x, w, none, 1e-5) }, []string{"mean must be float32", "mean float16"}},
+		{"rms_norm_backward dx f32, x f16", kRMSNormBack, func() { e.dev.RMSNormBackward(f32.dev, none, x, x, w, s) }, []string{"dx must have x's dtype", "dx float32", "x float16"}},
+		{"rms_norm_backward dw f16, w f32", kRMSNormBack, func() { e.dev.RMSNormBackward(x, w16.dev, x, x, w, s) }, []string{"dw must have w's dtype"}},
+		{"rms_norm_backward bf16 dy, f16 x", kRMSNormBack, func() { e.dev.RMSNormBackward(x, none, y, x, w, s) }, []string{"dy bfloat16", "x float16"}},
+		{"layer_norm_backward db f16, dw f32", kLayerNormBack, func() { e.dev.LayerNormBackward(x, w, w16.dev, x, x, none, s, s) }, []string{"db must have dw's dtype"}},
+		{"layer_norm_backward f16 rstd", kLayerNormBack, func() { e.dev.LayerNormBackward(x, none, none, x, x, w, s, s2) }, []string{"rstd must be float32", "rstd float16"}},
+		{"layer_norm_backward bf16 dw, f16 x", kLayerNormBack, func() { e.dev.LayerNormBackward(x, wbf.dev, none, x, x, none, s, s) }, []string{"dw bfloat16", "x float16"}},
+	} {
+		wantPanic(t, c.name, c.fn, "metal: "+c.kernel+": ", c.words...)
+	}
+}
+
+// TestOpsNormKernelNames: every name of the norm kernels' tables is
+// defined in the sources and ends in its dtype's tag.
+func TestOpsNormKernelNames(t *testing.T) {
+	idx, err := kernelIndex(kernels.Sources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{kRMSNorm, kRMSNormBack, kLayerNorm, kLayerNormBack} {
+		if _, ok := idx[k]; !ok {
+			t.Errorf("kernel %s is not defined in kernels/*.metal", k)
+		}
+	}
+	for _, names := range []byDType{kRMSNormBy, kRMSNormBackBy, kLayerNormBy, kLayerNormBackBy, kNormParamGradBy, kNormColSumBy} {
+		for _, dt := range floatTypes {
+			name := names[dt]
+			if _, ok := idx[name]; !ok {
+				t.Errorf("kernel %s is not defined in kernels/*.metal", name)
+			}
+			if want := dtypeTag(dt); !strings.HasSuffix(name, "_"+want) {
+				t.Errorf("kernel %s for %v does not end in _%s", name, dt, want)
+			}
+		}
+	}
+}
+
+// Emulator timings of the norm kernels (go test -bench OpsNorm -run '^$'
+// ./metal); they measure the emulation, not a GPU.
+func BenchmarkOpsNorm(b *testing.B) {
+	dev := opsBenchDevice(b)
+	up := func(shape ...int) backend.View { return benchView(dev, 0.1, shape...) }
+	bench := func(name string, fn func()) {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				fn()
+				dev.Sync()
+			}
 		})
-		dst := e.newPair(backend.Float32, contig(1), func(int) float64 { return 7 })
-		e.both(func(be backend.Backend, v func(pair) backend.View) { be.SumSquares(v(dst), v(src)) })
-		e.compare(fmt.Sprintf("sum_squares with %g", sp), dst, 1e-6)
+	}
+	for _, c := range []int{64, 1024} {
+		const rows = 64
+		x, y, dx, dy := up(rows, c), up(rows, c), up(rows, c), up(rows, c)
+		w, bb, dw, db := up(c), up(c), up(c), up(c)
+		mu, rs := up(rows), up(rows)
+		bench(fmt.Sprintf("rms_norm_%dx%d", rows, c), func() { dev.RMSNorm(y, rs, x, w, 1e-6) })
+		bench(fmt.Sprintf("rms_norm_backward_%dx%d", rows, c), func() { dev.RMSNormBackward(dx, dw, dy, x, w, rs) })
+		bench(fmt.Sprintf("layer_norm_%dx%d", rows, c), func() { dev.LayerNorm(y, mu, rs, x, w, bb, 1e-5) })
+		bench(fmt.Sprintf("layer_norm_backward_%dx%d", rows, c), func() { dev.LayerNormBackward(dx, dw, db, dy, x, w, mu, rs) })
 	}
 }

@@ -28,8 +28,8 @@ var (
 	kSoftmaxBack = kSoftmaxBackBy[backend.Float32]
 
 	// Dispatch labels: "reduce_f16_f32.argmax", "softmax_f32.log", ….
-	reduceLabels         = opLabels(kReduceBy, backend.ReduceArgMin)
-	reduceSameLabels     = opLabels(kReduceSameBy, backend.ReduceArgMin)
+	reduceLabels         = opLabels(kReduceBy, backend.NumReduceOps)
+	reduceSameLabels     = opLabels(kReduceSameBy, backend.NumReduceOps)
 	softmaxLogLabels     = withSuffix(kSoftmaxBy, ".log")
 	softmaxBackLogLabels = withSuffix(kSoftmaxBackBy, ".log")
 )

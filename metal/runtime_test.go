@@ -615,3 +615,45 @@ func TestArgStampedWhenEncoded(t *testing.T) {
 		t.Fatalf("x is marked used by command buffer %d; it was encoded into %d", use, cur)
 	}
 }
+
+// TestHalfWriteRead: Write and Read of float16 and bfloat16 buffers move
+// their bit patterns unchanged, a shorter slice touches only its prefix,
+// and a slice of another element type or length panics.
+func TestHalfWriteRead(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, dt := range halfTypes {
+		for _, n := range []int{1, 7, 1000} {
+			buf := e.dev.Alloc(dt, n)
+			if buf.DType() != dt || buf.Len() != n {
+				t.Fatalf("Alloc(%v, %d): %v × %d", dt, n, buf.DType(), buf.Len())
+			}
+			in := make([]uint16, n)
+			for i := range in {
+				in[i] = uint16(e.rng.Uint32())
+			}
+			e.dev.Write(buf, in)
+			out := make([]uint16, n)
+			e.dev.Read(buf, out)
+			for i := range in {
+				if out[i] != in[i] {
+					t.Fatalf("%v × %d: element %d reads %#04x, wrote %#04x", dt, n, i, out[i], in[i])
+				}
+			}
+			// A shorter write and read touch only their prefix.
+			e.dev.Write(buf, []uint16{0xabcd})
+			short := make([]uint16, 1)
+			e.dev.Read(buf, short)
+			if short[0] != 0xabcd {
+				t.Errorf("%v: short write/read: %#04x", dt, short[0])
+			}
+		}
+		for name, fn := range map[string]func(){
+			"write float32":  func() { e.dev.Write(e.dev.Alloc(dt, 2), []float32{1, 2}) },
+			"read int32":     func() { e.dev.Read(e.dev.Alloc(dt, 2), make([]int32, 2)) },
+			"write too many": func() { e.dev.Write(e.dev.Alloc(dt, 2), make([]uint16, 3)) },
+		} {
+			wantPanic(t, fmt.Sprintf("%v: %s", dt, name), fn, "")
+		}
+	}
+	wantPanic(t, "[]uint16 into a float32 buffer", func() { e.dev.Write(e.dev.Alloc(backend.Float32, 2), []uint16{1, 2}) }, "")
+}

@@ -152,6 +152,12 @@ func ContiguousStrides(shape []int) []int {
 
 // UnaryOp names an elementwise function of one argument. Param A and B are
 // the op's scalar parameters where it has any.
+//
+// The ops are numbered in order from 0, a new one added at the end (before
+// NumUnaryOps), and String gives each its name: the kernels/forge_ops.h
+// header that Metal's kernels switch on is generated from this block and
+// the names (go generate ./kernels/), as U_<NAME> = number; likewise for
+// BinaryOp (B_) and ReduceOp (R_).
 type UnaryOp uint8
 
 const (
@@ -174,7 +180,8 @@ const (
 	RDivScalar                // A/x
 	Square                    // x²
 	Sign                      // -1, 0, 1
-	numUnaryOps
+	// NumUnaryOps is the number of unary ops (not an op).
+	NumUnaryOps
 )
 
 var unaryNames = [...]string{"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu",
@@ -206,7 +213,8 @@ const (
 	Le
 	Gt
 	Ge
-	numBinaryOps
+	// NumBinaryOps is the number of binary ops (not an op).
+	NumBinaryOps
 )
 
 var binaryNames = [...]string{"add", "sub", "mul", "div", "pow", "maximum", "minimum",
@@ -228,6 +236,8 @@ const (
 	ReduceMin
 	ReduceArgMax // index of the first maximum; dst is Int32
 	ReduceArgMin // index of the first minimum; dst is Int32
+	// NumReduceOps is the number of reductions (not an op).
+	NumReduceOps
 )
 
 var reduceNames = [...]string{"sum", "max", "min", "argmax", "argmin"}

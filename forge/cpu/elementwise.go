@@ -635,7 +635,7 @@ func unaryGradExp32[T Float](op backend.UnaryOp, dx, x, g []T) {
 // Binary computes dst = a op b; a and b carry broadcast strides.
 // Comparisons write 1 or 0.
 func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
-	if op > backend.Ge {
+	if op >= backend.NumBinaryOps {
 		panic(fmt.Sprintf("cpu: binary: unknown op %v", op))
 	}
 	if ewCheckFloat("binary", dst, a, bv) == backend.Float32 {

@@ -12,10 +12,9 @@
 // Devices without float64 (Metal) run everything in float32: GradCheck
 // then compares float32 analytic gradients on the device with float64
 // central differences on the cpu device; the few BadInput cases that need
-// a float64 tensor on the device are skipped with that reason. A backend
-// still being built declares the kernels it lacks (PendingKernels, see
-// pending.go): checks that reach one of them are reported by name and
-// counted, not failed; reaching any other missing kernel fails.
+// a float64 tensor on the device are skipped with that reason. A check
+// that reaches a kernel the backend does not implement
+// (backend.ErrNotImplemented) fails, naming the kernel.
 package forgetest
 
 import (

@@ -198,8 +198,7 @@ func gradCases(dev *forge.Device) []gradCase {
 // float64 (Metal) the analytic gradient is computed in float32 on dev, at
 // inputs rounded to float32, and the central differences in float64 on
 // the cpu device at the same (rounded) inputs: it must match to
-// gradTol32, a float32 tolerance. Checks that reach a kernel the backend
-// declares missing are reported by name and counted (pending.go).
+// gradTol32, a float32 tolerance.
 func GradCheck(t *testing.T, dev *forge.Device) {
 	f64 := propHasFloat64(dev)
 	var ref *forge.Device
@@ -214,8 +213,6 @@ func GradCheck(t *testing.T, dev *forge.Device) {
 	prev := forge.DefaultDevice()
 	forge.SetDefaultDevice(dev)
 	defer forge.SetDefaultDevice(prev)
-	pl := newPendingLog(dev)
-	defer pl.report(t, "GradCheck")
 	cases := gradCases(dev)
 	var refCases []gradCase
 	if ref != nil {
@@ -230,9 +227,6 @@ func GradCheck(t *testing.T, dev *forge.Device) {
 				err = forge.Try(func() { checkCase32(t, dev, ref, c, refCases[i]) })
 			}
 			if err != nil {
-				if k, ok := pl.declaredMissing(err); ok {
-					pl.skip(t, k, "")
-				}
 				t.Fatal(err)
 			}
 		})

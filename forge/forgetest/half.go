@@ -19,12 +19,10 @@ import (
 
 // HalfConversions runs the 16-bit conversion checks on dev.
 func HalfConversions(t *testing.T, dev *forge.Device) {
-	pl := newPendingLog(dev)
-	defer pl.report(t, "HalfConversions")
 	for _, dt := range []forge.DType{forge.Float16, forge.BFloat16} {
 		ref := halfRefs[dt]
 		run := func(name string, check func(*testing.T, *forge.Device, halfRef)) {
-			pl.run(t, name+"_"+dt.String(), func(t *testing.T) { check(t, dev, ref) })
+			t.Run(name+"_"+dt.String(), func(t *testing.T) { check(t, dev, ref) })
 		}
 		run("every_value_round_trips", halfEveryValue)
 		run("cast_rounds_to_nearest_even", halfCastRounds)

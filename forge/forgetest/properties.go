@@ -41,8 +41,7 @@ import (
 
 // Properties runs the property tests on dev.
 func Properties(t *testing.T, dev *forge.Device) {
-	s := &propSuite{dev: dev, f64: propHasFloat64(dev), pending: newPendingLog(dev)}
-	defer s.pending.report(t, "Properties")
+	s := &propSuite{dev: dev, f64: propHasFloat64(dev)}
 	if !s.f64 {
 		t.Logf("device %s holds no float64 tensors: properties use float32 only", dev.Name())
 	}
@@ -89,32 +88,23 @@ func Properties(t *testing.T, dev *forge.Device) {
 
 // propSuite carries the device under test and counts what ran.
 type propSuite struct {
-	dev     *forge.Device
-	f64     bool        // the device holds float64 tensors
-	props   int         // properties run
-	checks  int         // rapid checks run, over all properties
-	pending *pendingLog // checks that reached kernels the backend declares missing
+	dev    *forge.Device
+	f64    bool // the device holds float64 tensors
+	props  int  // properties run
+	checks int  // rapid checks run, over all properties
 }
 
 // check runs one property as a subtest. A check that reaches a kernel the
 // backend has not implemented stops there and is counted; the subtest then
-// fails naming the kernels — unless every such kernel is one the backend
-// declares missing (pending.go): then the property reports how many of its
-// checks could not run, naming the kernels, and is skipped if none ran.
+// fails naming the kernels.
 func (s *propSuite) check(t *testing.T, name string, prop func(*rapid.T)) {
 	t.Run(name, func(t *testing.T) {
-		runs, blocked, excused := 0, 0, 0
+		runs, blocked := 0, 0
 		missing := map[string]bool{}
-		declared := map[string]bool{}
 		rapid.Check(t, func(rt *rapid.T) {
 			runs++
 			defer func() {
 				if r := recover(); r != nil {
-					if k, ok := s.pending.declaredMissing(r); ok {
-						excused++
-						declared[k] = true
-						return
-					}
 					var nie backend.ErrNotImplemented
 					if e, ok := r.(error); ok && errors.As(e, &nie) {
 						blocked++
@@ -135,17 +125,6 @@ func (s *propSuite) check(t *testing.T, name string, prop func(*rapid.T)) {
 			}
 			slices.Sort(names)
 			t.Errorf("%d of %d checks could not run: %v", blocked, runs, names)
-		}
-		if excused > 0 {
-			names := make([]string, 0, len(declared))
-			for k := range declared {
-				names = append(names, k)
-			}
-			slices.Sort(names)
-			if excused == runs && blocked == 0 {
-				t.Skipf("not run: all %d checks reached kernels backend %s declares missing: %v", runs, s.dev.Name(), names)
-			}
-			t.Logf("%d of %d checks not run: they reached kernels backend %s declares missing: %v", excused, runs, s.dev.Name(), names)
 		}
 	})
 }

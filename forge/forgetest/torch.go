@@ -428,14 +428,12 @@ func torchLoad() ([]torchFile, error) {
 type torchResult struct {
 	fwd, grad float64 // worst normalised differences; grad < 0 when not checked
 	failure   string  // empty when the case passed
-	panicked  any     // the recovered panic value behind failure, if any
 }
 
 // TorchParity runs every PyTorch fixture case on dev (forward values and
 // every input gradient) and fails each case that is off by more than its
 // tolerance, that panics, or whose kernel the backend does not implement
-// (unless the backend declares that kernel missing: the case is then
-// reported as not run, naming the kernel, and counted; see pending.go).
+// (naming the kernel).
 // It logs one line per case, `ok   family/case  fwd maxdiff …  grad maxdiff …`,
 // and a per-family summary of the worst differences.
 func TorchParity(t *testing.T, dev *forge.Device) {
@@ -449,11 +447,8 @@ func TorchParity(t *testing.T, dev *forge.Device) {
 	forge.SetDefaultDevice(dev) // creation ops and FromSlice land on dev
 	t.Cleanup(func() { forge.SetDefaultDevice(prev) })
 
-	pl := newPendingLog(dev)
-	defer pl.report(t, "TorchParity")
 	type summary struct {
 		n, failed int
-		notRun    int
 		fwd, grad float64
 		fwdCase   string
 		gradCase  string
@@ -479,10 +474,6 @@ func TorchParity(t *testing.T, dev *forge.Device) {
 				if c.Tol != 0 && c.Tol != 1e-5 {
 					tol = fmt.Sprintf("  (tol %.0e: %s)", c.Tol, c.TolReason)
 				}
-				if k, ok := pl.declaredMissing(r.panicked); ok {
-					s.notRun++
-					pl.skip(t, k, "")
-				}
 				if r.failure != "" {
 					s.failed++
 					t.Errorf("FAIL %-40s %s%s", c.Name, r.failure, tol)
@@ -500,18 +491,11 @@ func TorchParity(t *testing.T, dev *forge.Device) {
 			continue // filtered out by -run
 		}
 		status := "ok  "
-		switch {
-		case s.failed > 0:
+		if s.failed > 0 {
 			status = "FAIL"
-		case s.notRun == s.n:
-			status = "none"
 		}
-		notRun := ""
-		if s.notRun > 0 {
-			notRun = fmt.Sprintf(" %3d not run (declared missing kernels)", s.notRun)
-		}
-		fmt.Fprintf(&b, "  %s %-14s %3d cases %3d failed%s  fwd %.1e (%s)  grad %s (%s)\n",
-			status, fam, s.n, s.failed, notRun, s.fwd, s.fwdCase, torchGradText(s.grad), s.gradCase)
+		fmt.Fprintf(&b, "  %s %-14s %3d cases %3d failed  fwd %.1e (%s)  grad %s (%s)\n",
+			status, fam, s.n, s.failed, s.fwd, s.fwdCase, torchGradText(s.grad), s.gradCase)
 	}
 	t.Log(b.String())
 }
@@ -531,7 +515,6 @@ func torchRun(dev *forge.Device, c *torchCase) (res torchResult) {
 	defer func() {
 		if r := recover(); r != nil {
 			res.failure = fmt.Sprintf("%s: %s", stage, torchPanic(r))
-			res.panicked = r
 		}
 	}()
 	op, ok := torchOps[c.Op]
