@@ -1,5 +1,7 @@
 package forge
 
+import "github.com/forgeml/forge/forge/backend"
+
 // node records the op that produced a tensor: its differentiable inputs and
 // the rule mapping the output's gradient to theirs.
 type node struct {
@@ -128,7 +130,8 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 	prev := phase
 	phase = PhaseBackward
 	gradDepth++
-	defer func() { gradDepth--; phase = prev }()
+	bw := pushArena()
+	defer func() { bw.pop(false); gradDepth--; phase = prev }()
 	var g *Tensor
 	switch {
 	case len(grad) > 1:
@@ -148,6 +151,8 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 
 	order := topoSort(t)
 	grads := map[*Tensor]gradEntry{t: {t: g}}
+	mem := backwardMemory{bw: bw, refs: map[backend.Buffer]int{}, own: map[backend.Buffer]*Tensor{}}
+	mem.ref(g)
 	for i := len(order) - 1; i >= 0; i-- {
 		u := order[i]
 		e, ok := grads[u]
@@ -155,14 +160,18 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 		if !ok {
 			continue
 		}
+		mark := len(bw.allocs)
 		gu := e.t
 		gu.fillPendingZeros() // complete before anything reads it
 		if u.node == nil {
 			if u.grad == nil && e.owned && gu.IsContiguous() {
 				u.grad = gu // unshared: no copy needed
-				continue
+			} else {
+				accumulateGrad(u, gu)
 			}
-			accumulateGrad(u, gu)
+			pin(u.grad)
+			mem.unref(gu)
+			mem.freeDead(mark)
 			continue
 		}
 		n := u.node
@@ -186,20 +195,71 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 				switch {
 				case !ok:
 					grads[in] = gradEntry{t: gi, owned: fresh}
+					mem.ref(gi)
 				case old.owned:
 					old.t.fillPendingZeros()
 					gi.fillPendingZeros()
 					addInto(old.t, gi)
 				default:
 					gi.fillPendingZeros()
-					grads[in] = gradEntry{t: old.t.Add(gi), owned: true}
+					sum := old.t.Add(gi)
+					grads[in] = gradEntry{t: sum, owned: true}
+					mem.ref(sum)
+					mem.unref(old.t)
 				}
 			}
 		}
 		// Release what the graph saved: the rule's closure and the inputs.
 		n.backward = nil
 		n.inputs = nil
+		mem.unref(gu)
+		mem.freeDead(mark)
 	}
+}
+
+// backwardMemory frees, during Backward, the gradients it has consumed
+// and the temporaries of the rules: memory Backward allocated (in its
+// arena) that no pending gradient shares and no leaf keeps as its Grad.
+// refs counts the pending gradients (the entries of Backward's map) by
+// the buffer they are views of; a rule may return its upstream gradient
+// or a view of it, so several entries can share one buffer.
+type backwardMemory struct {
+	bw      *arena
+	refs    map[backend.Buffer]int
+	own     map[backend.Buffer]*Tensor // Backward's allocations by buffer
+	scanned int                        // bw.allocs seen so far
+	cand    []backend.Buffer
+}
+
+func (m *backwardMemory) ref(t *Tensor) { m.refs[t.buf]++ }
+
+func (m *backwardMemory) unref(t *Tensor) {
+	if m.refs[t.buf]--; m.refs[t.buf] <= 0 {
+		delete(m.refs, t.buf)
+	}
+	m.cand = append(m.cand, t.buf)
+}
+
+// freeDead frees the candidates (gradients unreferenced since the last
+// call, and the allocations since bw.allocs[mark]) that are dead.
+func (m *backwardMemory) freeDead(mark int) {
+	for ; m.scanned < len(m.bw.allocs); m.scanned++ {
+		t := m.bw.allocs[m.scanned]
+		m.own[t.buf] = t
+	}
+	for _, t := range m.bw.allocs[mark:] {
+		m.cand = append(m.cand, t.buf)
+	}
+	for _, b := range m.cand {
+		if m.refs[b] > 0 || m.bw.kept[b] {
+			continue
+		}
+		if o := m.own[b]; o != nil {
+			o.release(freedByBackward)
+			delete(m.own, b)
+		}
+	}
+	m.cand = m.cand[:0]
 }
 
 // accumulateGrad adds g into the leaf u's gradient.

@@ -14,6 +14,7 @@ import (
 // of their bit patterns (package forge/half converts them; Float32s and
 // Float64s return the values).
 func (t *Tensor) Data() any {
+	t.checkLive()
 	c := t
 	if !t.IsContiguous() || t.offset != 0 || t.buf.Len() != t.Numel() {
 		c = t.contiguousCopy()

@@ -166,6 +166,12 @@ type Tensor struct {
 	// pendingZero, set on a gradient accumulator being built by Backward
 	// only, lists the spans of it not yet written (zeros to be).
 	pendingZero *zeroSpans
+
+	// owner is the tensor that allocated buf, for a view (nil for the
+	// owner itself); freedBy, on the owner, says what freed buf ("" while
+	// it is live).
+	owner   *Tensor
+	freedBy string
 }
 
 // newTensor allocates a contiguous tensor on dev.
@@ -173,23 +179,34 @@ func newTensor(dev *Device, dt DType, shape []int) *Tensor {
 	checkShape("alloc", shape)
 	shape = slices.Clone(shape)
 	n := numel(shape)
-	return &Tensor{
+	t := &Tensor{
 		shape:   shape,
 		strides: backend.ContiguousStrides(shape),
 		dtype:   dt,
 		dev:     dev,
 		buf:     dev.b.Alloc(dt, n),
 	}
+	track(t)
+	return t
 }
 
 // view returns a tensor sharing t's buffer with a new shape, strides and
 // offset (no graph edge).
 func (t *Tensor) view(shape, strides []int, offset int) *Tensor {
-	return &Tensor{shape: shape, strides: strides, offset: offset, dtype: t.dtype, dev: t.dev, buf: t.buf}
+	return &Tensor{shape: shape, strides: strides, offset: offset, dtype: t.dtype, dev: t.dev, buf: t.buf, owner: t.storageOwner()}
+}
+
+// storageOwner is the tensor that allocated t's memory.
+func (t *Tensor) storageOwner() *Tensor {
+	if t.owner != nil {
+		return t.owner
+	}
+	return t
 }
 
 // bv is the backend view of t.
 func (t *Tensor) bv() backend.View {
+	t.checkLive()
 	return backend.View{Buf: t.buf, Offset: t.offset, Shape: t.shape, Strides: t.strides}
 }
 
