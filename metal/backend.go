@@ -159,10 +159,10 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 	}
 	size := max(n*dt.Size(), 1)
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	blk := b.allocLocked(size)
 	x := &Buffer{dt: dt, n: n, blk: blk}
 	x.cleanup = runtime.AddCleanup(x, b.releaseFromGC, blk)
+	b.mu.Unlock()
 	return x
 }
 
@@ -182,7 +182,7 @@ func (b *Backend) drainReleased() {
 	b.released = nil
 	b.relMu.Unlock()
 	for i, blk := range rel {
-		b.pool.release(blk, b.stream.done)
+		b.pool.release(blk, b.stream.done, b.stream.open())
 		rel[i] = nil
 	}
 }
@@ -203,7 +203,7 @@ func (b *Backend) Free(buf backend.Buffer) {
 	x.cleanup.Stop()
 	blk := x.blk
 	x.blk = nil
-	b.pool.release(blk, b.stream.done)
+	b.pool.release(blk, b.stream.done, b.stream.open())
 }
 
 // block returns x's block, panicking if it was freed.
@@ -275,6 +275,21 @@ func (b *Backend) hostCopy(op string, buf backend.Buffer, host any, write bool) 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	blk := x.block(op)
+	if write && !blk.bound && blk.use > b.stream.done {
+		// A block reused within its command buffer holds nothing of x's
+		// yet, but queued kernels of its earlier life still use it: give
+		// x a block no queued kernel uses instead of waiting for them.
+		b.pool.release(blk, b.stream.done, b.stream.open())
+		p := &b.pool
+		k := p.take(blk.size)
+		if k == nil {
+			k = p.grow(blk.size)
+		}
+		blk = p.handOut(k)
+		x.blk = blk
+		x.cleanup.Stop()
+		x.cleanup = runtime.AddCleanup(x, b.releaseFromGC, blk)
+	}
 	if blk.use > b.stream.done {
 		b.syncLocked()
 	}

@@ -75,6 +75,10 @@ type block struct {
 	off  int    // byte offset in slab.buf
 	size int    // the class size
 	use  uint64 // serial of the last command buffer that used it; 0 if none
+	// bound: a kernel argument bound the block since it was handed out
+	// (a block reused within its command buffer holds, until then, only
+	// the dead values of its previous life).
+	bound bool
 }
 
 func (k *block) bytes() []byte { return k.slab.buf.Bytes()[k.off : k.off+k.size] }
@@ -86,9 +90,19 @@ type pool struct {
 	free     map[int][]*block // completed blocks by class
 	carving  map[int]*slab    // the slab a small class is carving from
 	deferred []*block         // freed, waiting for their command buffer
-	slabs    map[*slab]struct{}
-	budget   int64
-	poison   bool
+	// current holds the blocks freed while the open command buffer
+	// (serial currentSerial) was their last user, by class: a dispatch
+	// encoded later in that command buffer runs after every earlier one
+	// (a serial encoder), so a kernel may write them again before the
+	// command buffer completes. Only a host write must not (hostCopy
+	// gives such a block a different one). With FORGE_METAL_POOL_POISON
+	// they are not reused: a poisoned block must come from the host, and
+	// the tests that poison check kernels, not memory use.
+	current       map[int][]*block
+	currentSerial uint64
+	slabs         map[*slab]struct{}
+	budget        int64
+	poison        bool
 
 	st PoolStats
 
@@ -102,6 +116,7 @@ type pool struct {
 
 // PoolStats describes the pool's memory in bytes and its traffic.
 type PoolStats struct {
+	Budget   int64 // the soft limit on Bytes (see poolBudget)
 	Bytes    int64 // held in driver buffers
 	Peak     int64 // highest Bytes so far
 	Live     int64 // in blocks handed out and not freed
@@ -117,20 +132,35 @@ type PoolStats struct {
 	PeakLive  int64 // highest Live so far
 	Recycled  int64 // blocks returned to the free lists
 	Deferrals int64 // blocks freed while a command buffer still used them
+	Reused    int64 // blocks freed and handed out again within one command buffer
 }
 
 func (p *pool) init(drv driver.Driver) {
 	p.drv = drv
 	p.free = map[int][]*block{}
+	p.current = map[int][]*block{}
 	p.carving = map[int]*slab{}
 	p.slabs = map[*slab]struct{}{}
-	p.budget = 4096 << 20
-	if s := os.Getenv("FORGE_METAL_POOL_MB"); s != "" {
-		if mb, err := strconv.Atoi(s); err == nil && mb > 0 {
-			p.budget = int64(mb) << 20
+	p.budget = poolBudget(drv, os.Getenv("FORGE_METAL_POOL_MB"))
+	p.st.Budget = p.budget
+	p.poison = os.Getenv("FORGE_METAL_POOL_POISON") == "1"
+}
+
+// poolBudget is the pool's budget: FORGE_METAL_POOL_MB (env) if set, else
+// nine tenths of the device's recommended working set (the rest for what
+// is not pooled: pipelines, the driver's own buffers), else 4 GiB.
+func poolBudget(drv driver.Driver, env string) int64 {
+	if env != "" {
+		if mb, err := strconv.Atoi(env); err == nil && mb > 0 {
+			return int64(mb) << 20
 		}
 	}
-	p.poison = os.Getenv("FORGE_METAL_POOL_POISON") == "1"
+	if ws, ok := drv.(driver.WorkingSet); ok {
+		if n := ws.RecommendedWorkingSet(); n > 0 {
+			return n / 10 * 9
+		}
+	}
+	return 4096 << 20
 }
 
 // take returns a completed free block of class c, if any.
@@ -194,6 +224,7 @@ func (p *pool) newSlab(size, class int) *slab {
 
 // handOut accounts for a block leaving the pool.
 func (p *pool) handOut(k *block) *block {
+	k.bound = false
 	p.st.Allocs++
 	p.st.Live += int64(k.size)
 	p.st.PeakLive = max(p.st.PeakLive, p.st.Live)
@@ -207,9 +238,16 @@ func (p *pool) handOut(k *block) *block {
 }
 
 // release takes back a block; done is the serial up to which every command
-// buffer has completed.
-func (p *pool) release(k *block, done uint64) {
+// buffer has completed, open the serial of the command buffer being
+// encoded (0 if none).
+func (p *pool) release(k *block, done, open uint64) {
 	p.st.Live -= int64(k.size)
+	if open != 0 && k.use == open {
+		p.sweepCurrent(open)
+		p.current[k.size] = append(p.current[k.size], k)
+		p.st.Deferred += int64(k.size)
+		return
+	}
 	if k.use > done {
 		p.deferred = append(p.deferred, k)
 		p.st.Deferred += int64(k.size)
@@ -217,6 +255,38 @@ func (p *pool) release(k *block, done uint64) {
 		return
 	}
 	p.toFree(k)
+}
+
+// sweepCurrent moves the blocks of current to the deferred list if the
+// command buffer they were freed in is no longer the open one (open).
+func (p *pool) sweepCurrent(open uint64) {
+	if p.currentSerial == open {
+		return
+	}
+	for c, l := range p.current {
+		for _, k := range l {
+			p.deferred = append(p.deferred, k)
+			p.st.Deferrals++
+		}
+		delete(p.current, c)
+	}
+	p.currentSerial = open
+}
+
+// takeCurrent returns a block of class c freed in the open command buffer
+// (serial open, 0 if none), or nil.
+func (p *pool) takeCurrent(c int, open uint64) *block {
+	p.sweepCurrent(open)
+	l := p.current[c]
+	if open == 0 || len(l) == 0 || p.poison {
+		return nil
+	}
+	k := l[len(l)-1]
+	l[len(l)-1] = nil
+	p.current[c] = l[:len(l)-1]
+	p.st.Deferred -= int64(c)
+	p.st.Reused++
+	return k
 }
 
 func (p *pool) toFree(k *block) {
@@ -229,6 +299,15 @@ func (p *pool) toFree(k *block) {
 // completed moves the deferred blocks whose command buffers have all
 // completed (use ≤ done) to the free lists.
 func (p *pool) completed(done uint64) {
+	if p.currentSerial != 0 && p.currentSerial <= done {
+		for c, l := range p.current {
+			for _, k := range l {
+				p.st.Deferred -= int64(k.size)
+				p.toFree(k)
+			}
+			delete(p.current, c)
+		}
+	}
 	if len(p.deferred) == 0 {
 		return
 	}
@@ -344,8 +423,12 @@ func (b *Backend) allocLocked(size int) *block {
 	p := &b.pool
 	c := classSize(size)
 	b.drainReleased()
+	p.sweepCurrent(b.stream.open())
 	b.pollLocked()
 	if k := p.take(c); k != nil {
+		return p.handOut(k)
+	}
+	if k := p.takeCurrent(c, b.stream.open()); k != nil {
 		return p.handOut(k)
 	}
 	if n := p.need(c); n > 0 && p.st.Bytes+int64(n) > p.budget {
@@ -373,16 +456,17 @@ func (b *Backend) reclaim(c int, n int64) *block {
 		}
 		return nil
 	}
-	// 1. Blocks waiting for the current or an in-flight command buffer.
+	// 1. Idle driver buffers of other classes (a step's tensors come in
+	// many classes, and the free blocks of one do not serve another).
+	if k := try(); k != nil || fits() {
+		return k
+	}
+	// 2. Blocks waiting for the current or an in-flight command buffer.
 	if p.st.Deferred > 0 {
 		b.syncLocked()
 		if k := try(); k != nil || fits() {
 			return k
 		}
-	}
-	// 2. Idle driver buffers of other classes.
-	if k := try(); k != nil || fits() {
-		return k
 	}
 	// 3. Unreachable tensors: collect, then give the cleanups a moment to
 	// queue their blocks.
@@ -430,4 +514,14 @@ func (b *Backend) Trim() int64 {
 	b.drainReleased()
 	b.pollLocked()
 	return b.pool.trim(0)
+}
+
+// ResetPeak restarts the pool's peak statistics (Peak, PeakLive) from the
+// current values, so that a caller can measure one phase.
+func (b *Backend) ResetPeak() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drainReleased()
+	b.pool.st.Peak = b.pool.st.Bytes
+	b.pool.st.PeakLive = b.pool.st.Live
 }

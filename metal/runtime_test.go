@@ -95,8 +95,12 @@ func TestManyOpsOneCommandBuffer(t *testing.T) {
 	}
 }
 
+// TestNoReuseBeforeCompletion: with FORGE_METAL_POOL_POISON (which turns
+// off reuse within the open command buffer: TestReuseWithinCommandBuffer)
+// a freed block waits for its command buffer to complete.
 func TestNoReuseBeforeCompletion(t *testing.T) {
 	b, _ := newTest(t)
+	b.pool.poison = true
 	x := b.Alloc(backend.Float32, 1000)
 	mem := at(x)
 	b.fillU32(x, 1000, 7)
@@ -132,6 +136,7 @@ func TestNoReuseWhileInFlight(t *testing.T) {
 
 func TestNoReuseAfterGCBeforeCompletion(t *testing.T) {
 	b, _ := newTest(t)
+	b.pool.poison = true // as in TestNoReuseBeforeCompletion
 	var mem where
 	func() {
 		x := b.Alloc(backend.Float32, 5000)
@@ -206,27 +211,36 @@ func TestAlignmentAndArgOffsets(t *testing.T) {
 	runtime.KeepAlive(keep)
 }
 
+// TestPeakBoundedExplicitFree: 2000 tensors of 256 KiB freed while the one
+// pending command buffer still uses them. Without recycling: 500 MiB.
+// Normally each is reused by the next allocation at once (a kernel encoded
+// later runs after the earlier ones); with FORGE_METAL_POOL_POISON each
+// waits for the command buffer, so only the budget (a sync when it is
+// reached) bounds the pool.
 func TestPeakBoundedExplicitFree(t *testing.T) {
-	b, _ := newTest(t)
-	b.pool.budget = 8 << 20
-	x := b.Alloc(backend.Int32, 1024)
-	// No sync in the loop: every freed block waits for the one pending
-	// command buffer, so only the budget (a sync when it is reached) bounds
-	// the pool. Without recycling: 2000 × 256 KiB = 500 MiB.
-	for i := range 2000 {
-		y := b.Alloc(backend.Int32, 64<<10) // 256 KiB
-		b.fillU32(y, 16, uint32(i))
-		b.copyBytes(x, y, 64)
-		b.Free(y)
-	}
-	got := make([]int32, 16)
-	b.Read(x, got)
-	if got[0] != 1999 {
-		t.Fatalf("read %d, want 1999", got[0])
-	}
-	st := b.PoolStats()
-	if st.Peak > 8<<20+slabSize || st.Pressure == 0 || st.Recycled == 0 {
-		t.Fatalf("budget 8 MiB: peak %d bytes: %+v", st.Peak, st)
+	for _, poison := range []bool{false, true} {
+		b, _ := newTest(t)
+		b.pool.poison = poison
+		b.pool.budget = 8 << 20
+		x := b.Alloc(backend.Int32, 1024)
+		for i := range 2000 {
+			y := b.Alloc(backend.Int32, 64<<10) // 256 KiB
+			b.fillU32(y, 16, uint32(i))
+			b.copyBytes(x, y, 64)
+			b.Free(y)
+		}
+		got := make([]int32, 16)
+		b.Read(x, got)
+		if got[0] != 1999 {
+			t.Fatalf("poison %v: read %d, want 1999", poison, got[0])
+		}
+		st := b.PoolStats()
+		switch {
+		case poison && (st.Peak > 8<<20+slabSize || st.Pressure == 0 || st.Recycled == 0):
+			t.Fatalf("poison, budget 8 MiB: peak %d bytes: %+v", st.Peak, st)
+		case !poison && (st.Peak > 2*slabSize || st.Pressure != 0 || st.Reused != 1999 || b.StreamStats().Syncs != 1):
+			t.Fatalf("budget 8 MiB: peak %d bytes, %d syncs: %+v; want two slabs, no pressure, one sync", st.Peak, b.StreamStats().Syncs, st)
+		}
 	}
 }
 

@@ -53,6 +53,14 @@ type StreamStats struct {
 
 func (s *stream) init() { s.serial = 1 }
 
+// open is the serial of the command buffer being encoded, 0 if none.
+func (s *stream) open() uint64 {
+	if s.cur == nil {
+		return 0
+	}
+	return s.serial
+}
+
 // run encodes one dispatch of the pipeline named by key: groups
 // threadgroups of threads threads, with args bound at [[buffer(0)]],
 // [[buffer(1)]], … in order (buffer bindings from arg, constant blocks
@@ -104,6 +112,7 @@ func (b *Backend) runPipe(label string, key driver.PipelineKey, pipe driver.Pipe
 	for _, a := range args {
 		if a.blk != nil {
 			a.blk.use = s.serial
+			a.blk.bound = true
 		}
 	}
 	s.cur.Encode(driver.Dispatch{Pipeline: pipe, Args: dargs, Groups: groups, Threads: threads, Label: label})

@@ -214,3 +214,12 @@ func UsesTensorOps(src string) bool {
 	}
 	return false
 }
+
+// WorkingSet is implemented by drivers that know how much memory their
+// device can use before performance suffers (Metal's
+// recommendedMaxWorkingSetSize; on Apple silicon a share of the unified
+// memory). The backend sizes its buffer pool from it.
+type WorkingSet interface {
+	// RecommendedWorkingSet is the device's budget in bytes, 0 if unknown.
+	RecommendedWorkingSet() int64
+}
