@@ -25,7 +25,14 @@ type fakeDriver struct {
 	// holdCompletion: committed command buffers complete only in Wait or
 	// complete(); otherwise Done reports them complete right after Commit.
 	holdCompletion bool
+	// keepless: forget completed command buffers (a long run would keep
+	// every dispatch otherwise); counts then covers the ones in flight.
+	keepless bool
+	// workingSet is what RecommendedWorkingSet reports (0: unknown).
+	workingSet int64
 }
+
+func (d *fakeDriver) RecommendedWorkingSet() int64 { return d.workingSet }
 
 func newFakeDriver() *fakeDriver {
 	return &fakeDriver{name: "metal-fake", compiles: map[string]int{}, perKernel: time.Millisecond, holdCompletion: true}
@@ -105,6 +112,16 @@ func (d *fakeDriver) NewCommandBuffer() driver.CommandBuffer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cb := &fakeCB{d: d}
+	if d.keepless {
+		kept := d.cbs[:0]
+		for _, c := range d.cbs {
+			if !c.completed {
+				kept = append(kept, c)
+			}
+		}
+		clear(d.cbs[len(kept):])
+		d.cbs = kept
+	}
 	d.cbs = append(d.cbs, cb)
 	return cb
 }

@@ -275,26 +275,36 @@ func (t *Trainer) Step() Metrics {
 	cfg := t.Config
 	lr := t.LR()
 	t.Opt.SetLR(lr)
-	t.Opt.ZeroGrad()
+	// The last step's gradients: their memory is free for this step's.
+	for _, p := range t.params {
+		p.ReleaseGrad()
+	}
 	t.Model.SetTraining(true)
 	B, T := cfg.Batch, cfg.Model.Context
 	scale := t.LossScale()
 	losses := make([]*forge.Tensor, 0, cfg.GradAccum)
 	for i := range cfg.GradAccum {
 		x, y := t.Train.Next()
-		l := t.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
-		// The upstream gradient: what the backward of
-		// l.MulScalar(1/GradAccum) would pass (times the loss scale with
-		// float16; LossScale is 1 otherwise).
-		l.Backward(forge.FullLike(l, scale/float64(cfg.GradAccum)))
-		forge.NoGrad(func() {
-			if cfg.GradAccum > 1 {
-				l = l.MulScalar(1 / float64(cfg.GradAccum))
-			}
-			losses = append(losses, l.Detach())
+		// Everything the micro-batch allocates but its loss and the
+		// gradients is dead when its backward is queued: free it then,
+		// not when the garbage collector gets to it.
+		forge.Collect(func() {
+			l := t.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
+			// The upstream gradient: what the backward of
+			// l.MulScalar(1/GradAccum) would pass (times the loss scale
+			// with float16; LossScale is 1 otherwise).
+			l.Backward(forge.FullLike(l, scale/float64(cfg.GradAccum)))
+			forge.NoGrad(func() {
+				if cfg.GradAccum > 1 {
+					l = l.MulScalar(1 / float64(cfg.GradAccum))
+				}
+				l = l.Detach()
+				forge.Keep(l)
+				losses = append(losses, l)
+			})
 		})
 		if i < cfg.GradAccum-1 {
-			l.Device().Flush() // start the device on this micro-batch
+			losses[i].Device().Flush() // start the device on this micro-batch
 		}
 	}
 	clip := optim.ClipGradNormDeferredScaled(t.params, cfg.GradClip, scale)
@@ -351,7 +361,9 @@ func Evaluate(m *gpt.Model, context int, xs, ys [][]int32) (float64, error) {
 		forge.NoGrad(func() {
 			for i := range xs {
 				b := len(xs[i]) / context
-				sum += m.Loss(forge.FromSlice(xs[i], b, context), forge.FromSlice(ys[i], b, context)).Item()
+				forge.Collect(func() {
+					sum += m.Loss(forge.FromSlice(xs[i], b, context), forge.FromSlice(ys[i], b, context)).Item()
+				})
 			}
 		})
 	})

@@ -1,0 +1,163 @@
+package metal
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/train"
+	"github.com/forgeml/forge/metal/driver"
+)
+
+// recBackends are fake-driver backends whose command buffers complete at
+// once: a training step on one of them allocates, encodes and submits as
+// on a GPU, without computing anything, so its memory and its command
+// buffers can be counted at the sizes users train.
+var recBackends = map[string]*Backend{}
+
+func init() {
+	for _, name := range []string{"metal-rec-gpt-10m", "metal-rec-gpt-25m"} {
+		d := newFakeDriver()
+		d.name, d.holdCompletion = name, false
+		d.keepless = true
+		b := New(d)
+		// Nothing computes here, and poisoning would touch (really
+		// allocate) every page of the fake's gigabytes.
+		b.pool.poison = false
+		recBackends[name] = b
+		backend.Register(name, func() (backend.Backend, error) { return b, nil })
+	}
+}
+
+// TestTrainingMemory trains gpt-10m and gpt-25m for three steps on the
+// recording driver (which completes each command buffer when it is
+// committed, so nothing waits for a GPU) and checks each step: at most one
+// command buffer per micro-batch plus one for the optimizer, one wait for
+// the device (the loss read), no allocation hitting the pool's budget, and
+// peak live device memory within 1.3× of the analytic estimate
+// (train.Config.MemoryNeeded: weights, gradients, AdamW moments and the
+// activations one micro-batch keeps for its backward). Before memory was
+// freed deterministically, gpt-10m peaked at 2.5× with 3–10 syncs a step
+// and gpt-25m at 1.7× with ~190.
+func TestTrainingMemory(t *testing.T) {
+	for _, name := range []string{"gpt-10m", "gpt-25m"} {
+		t.Run(name, func(t *testing.T) {
+			if testing.Short() && name == "gpt-25m" {
+				t.Skip("short")
+			}
+			cfg, err := train.LoadConfig(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.EvalEvery = 0
+			dev, err := forge.OpenDevice("metal-rec-" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := recBackends["metal-rec-"+name]
+			useDevice(t, dev)
+			err = forge.Try(func() {
+				m, err := gpt.New(cfg.Model, cfg.Seed)
+				if err != nil {
+					panic(err)
+				}
+				src := &seqBatches{rng: rand.New(rand.NewPCG(cfg.Seed, 11)), vocab: cfg.Model.Vocab, b: cfg.Batch, tt: cfg.Model.Context}
+				tr, err := train.NewTrainer(cfg, m, src, nil)
+				if err != nil {
+					panic(err)
+				}
+				dev.Sync()
+				est := cfg.MemoryNeeded()
+				for step := range 3 {
+					before, pb := b.StreamStats(), b.PoolStats()
+					b.ResetPeak()
+					tr.Step()
+					after, pa := b.StreamStats(), b.PoolStats()
+					cbs, syncs, peak := after.CommandBuffers-before.CommandBuffers, after.Syncs-before.Syncs, float64(pa.PeakLive)
+					if cbs > int64(cfg.GradAccum)+1 || syncs != 1 || pa.Pressure != pb.Pressure || peak > 1.3*est.Total() {
+						t.Errorf("step %d: %d command buffers (want ≤ %d), %d syncs (want 1), %d budget hits (want 0), peak live %.0f MB = %.2f× the estimate %.0f MB (want ≤ 1.3×)",
+							step+1, cbs, cfg.GradAccum+1, syncs, pa.Pressure-pb.Pressure, peak/1e6, peak/est.Total(), est.Total()/1e6)
+					}
+					t.Logf("step %d: %d command buffers, %d waits, %d syncs; peak live %.0f MB (estimate %.0f MB, %.2f×), %d budget hits, pool %.0f MB",
+						step+1, after.CommandBuffers-before.CommandBuffers, after.Waits-before.Waits, after.Syncs-before.Syncs,
+						float64(pa.PeakLive)/1e6, est.Total()/1e6, float64(pa.PeakLive)/est.Total(), pa.Pressure-pb.Pressure, float64(pa.Bytes)/1e6)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestReuseWithinCommandBuffer: memory freed while the open command buffer
+// still uses it serves the next allocation of its class at once (a later
+// kernel in the same command buffer runs after the earlier ones), and a
+// host write into such a block moves the tensor to other memory instead
+// of overwriting what the queued kernels read or waiting for them.
+func TestReuseWithinCommandBuffer(t *testing.T) {
+	b, d := newTest(t)
+	b.pool.poison = false // FORGE_METAL_POOL_POISON turns the reuse off
+	const n = 64
+	a := b.Alloc(backend.Int32, n)
+	dst := b.Alloc(backend.Int32, n)
+	b.fillU32(a, n, 1)
+	b.copyBytes(dst, a, 4*n) // queued: reads a
+	b.Free(a)
+	c := b.Alloc(backend.Int32, n) // a's block, reused in the open command buffer
+	if st := b.PoolStats(); st.Reused != 1 {
+		t.Fatalf("reused %d blocks within the command buffer, want 1", st.Reused)
+	}
+	b.fillU32(c, n, 2)
+	b.Free(c)
+	w := b.Alloc(backend.Int32, n) // the same block again, then written by the host
+	syncs := b.StreamStats().Syncs
+	b.Write(w, []int32{3: 7, 63: 9})
+	if b.StreamStats().Syncs != syncs {
+		t.Errorf("a host write into memory reused within the command buffer waited for the device")
+	}
+	if c, _, _ := d.counts(); c != 0 {
+		t.Errorf("%d command buffers committed; the write should not submit the queued kernels", c)
+	}
+	got, want := make([]int32, n), make([]int32, n)
+	b.Read(dst, got)
+	for i := range want {
+		want[i] = 1
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the copy queued before the reuse read %v, want a's ones", got)
+	}
+	wv := make([]int32, n)
+	b.Read(w, wv)
+	if wv[3] != 7 || wv[63] != 9 || wv[0] != 0 {
+		t.Errorf("the written tensor holds %v", wv[:4])
+	}
+}
+
+// TestPoolBudgetFromWorkingSet: the pool's budget is nine tenths of the
+// device's recommended working set, FORGE_METAL_POOL_MB overrides it, and
+// a driver that does not know falls back to 4 GiB.
+func TestPoolBudgetFromWorkingSet(t *testing.T) {
+	d := newFakeDriver()
+	d.workingSet = 10 << 30
+	for _, c := range []struct {
+		drv  driver.Driver
+		env  string
+		want int64
+	}{
+		{d, "", 10 << 30 / 10 * 9},
+		{d, "512", 512 << 20},
+		{d, "junk", 10 << 30 / 10 * 9},
+		{newFakeDriver(), "", 4 << 30},
+	} {
+		if got := poolBudget(c.drv, c.env); got != c.want {
+			t.Errorf("working set %d, FORGE_METAL_POOL_MB=%q: budget %d, want %d", c.drv.(*fakeDriver).workingSet, c.env, got, c.want)
+		}
+	}
+	if st := New(d).PoolStats(); st.Budget != 10<<30/10*9 {
+		t.Errorf("PoolStats.Budget = %d", st.Budget)
+	}
+}
