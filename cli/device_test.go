@@ -97,7 +97,7 @@ func TestDeviceFlagChooses(t *testing.T) {
 func TestDeviceNotice(t *testing.T) {
 	prev := defaultChoice
 	t.Cleanup(func() { defaultChoice = prev })
-	const notice = "forge: using Apple M3 Max (MSL 3.1, math safe); --device cpu for the CPU"
+	const notice = "forge: using metal: Apple M3 Max (MSL 3.1, math safe); --device cpu for the CPU"
 	defaultChoice = func() (forge.DeviceChoice, error) {
 		return forge.DeviceChoice{Name: "cpu", Reason: "injected", Notice: notice}, nil
 	}

@@ -27,7 +27,7 @@ func TestChooseDevice(t *testing.T) {
 		opened, notOpened []string
 	}{
 		{name: "apple silicon", goos: "darwin", goarch: "arm64", registered: all,
-			want: "metal", reason: "Apple silicon", notice: "forge: using Apple M3 Max (MSL 3.1, math safe); --device cpu for the CPU",
+			want: "metal", reason: "Apple silicon", notice: "forge: using metal: Apple M3 Max (MSL 3.1, math safe); --device cpu for the CPU",
 			opened: []string{"metal"}, notOpened: []string{"cpu"}},
 		{name: "apple silicon, metal fails", goos: "darwin", goarch: "arm64", registered: all, fails: map[string]error{"metal": metalErr},
 			want: "cpu", reason: "Metal failed to open: no Metal device (MTLCreateSystemDefaultDevice returned nil)",
@@ -67,7 +67,7 @@ func TestChooseDevice(t *testing.T) {
 					if err := c.fails[name]; err != nil {
 						return "", err
 					}
-					return map[string]string{"metal": "Apple M3 Max (MSL 3.1, math safe)", "cpu": "cpu: go", "metal-emu": "metal-emu (clang 19)"}[name], nil
+					return map[string]string{"metal": "metal: Apple M3 Max (MSL 3.1, math safe)", "cpu": "cpu: go", "metal-emu": "metal-emu (clang 19)"}[name], nil
 				}}
 			got, err := chooseDevice(p)
 			if c.wantErr != "" {
