@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"testing"
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/internal/rosetta"
@@ -14,7 +15,8 @@ import (
 // DeviceChoice is the device DefaultDevice uses and why.
 //
 // With nothing chosen, the default is Metal on Apple silicon (darwin/arm64)
-// when it opens, and the CPU otherwise. FORGE_BACKEND overrides that, and
+// when it opens, and the CPU otherwise — and in go test binaries, which
+// name their device with FORGE_BACKEND. FORGE_BACKEND overrides that, and
 // UseDevice (a front end's --device) or SetDefaultDevice override both.
 type DeviceChoice struct {
 	Name string // the device: "cpu", "metal", "metal-emu"
@@ -39,6 +41,7 @@ func (c DeviceChoice) String() string { return c.Name + " (" + c.Reason + ")" }
 type platform struct {
 	goos, goarch string
 	translated   bool   // an amd64 process under Rosetta on Apple silicon
+	test         bool   // a go test binary
 	env          string // FORGE_BACKEND
 	registered   []string
 	// open opens the named registered device and returns its one-line
@@ -50,7 +53,7 @@ type platform struct {
 // OpenDevice.
 func hostPlatform() platform {
 	return platform{
-		goos: runtime.GOOS, goarch: runtime.GOARCH, translated: rosetta.Translated(),
+		goos: runtime.GOOS, goarch: runtime.GOARCH, translated: rosetta.Translated(), test: testing.Testing(),
 		env: os.Getenv("FORGE_BACKEND"), registered: backend.Names(),
 		open: func(name string) (string, error) {
 			d, err := OpenDevice(name)
@@ -79,6 +82,10 @@ func chooseDevice(p platform) (DeviceChoice, error) {
 	}
 	c := DeviceChoice{Name: "cpu"}
 	switch {
+	case p.test:
+		// Tests name their device (make test-metal sets FORGE_BACKEND), so
+		// that go test ./... on a Mac checks what it checks on Linux.
+		c.Reason = "a test binary: the CPU unless FORGE_BACKEND names another"
 	case p.goos == "darwin" && p.goarch == "arm64" && slices.Contains(p.registered, "metal"):
 		desc, err := p.open("metal")
 		if err == nil {

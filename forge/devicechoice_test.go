@@ -16,7 +16,7 @@ func TestChooseDevice(t *testing.T) {
 	cases := []struct {
 		name              string
 		goos, goarch      string
-		translated        bool
+		translated, test  bool
 		env               string
 		registered        []string
 		fails             map[string]error // open errors by device
@@ -39,6 +39,10 @@ func TestChooseDevice(t *testing.T) {
 			notice: "forge: using the CPU: running under Rosetta", fallback: true, opened: []string{"cpu"}, notOpened: []string{"metal"}},
 		{name: "intel mac", goos: "darwin", goarch: "amd64", registered: all,
 			want: "cpu", reason: "the default on darwin/amd64", opened: []string{"cpu"}, notOpened: []string{"metal"}},
+		{name: "test binary on apple silicon", goos: "darwin", goarch: "arm64", test: true, registered: all,
+			want: "cpu", reason: "a test binary", opened: []string{"cpu"}, notOpened: []string{"metal"}},
+		{name: "test binary with FORGE_BACKEND", goos: "darwin", goarch: "arm64", test: true, env: "metal", registered: all,
+			want: "metal", reason: "FORGE_BACKEND=metal", opened: []string{"metal"}},
 		{name: "linux", goos: "linux", goarch: "amd64", registered: all,
 			want: "cpu", reason: "the default on linux/amd64", opened: []string{"cpu"}, notOpened: []string{"metal", "metal-emu"}},
 		{name: "linux arm64", goos: "linux", goarch: "arm64", registered: all,
@@ -58,7 +62,7 @@ func TestChooseDevice(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var opened []string
-			p := platform{goos: c.goos, goarch: c.goarch, translated: c.translated, env: c.env, registered: c.registered,
+			p := platform{goos: c.goos, goarch: c.goarch, translated: c.translated, test: c.test, env: c.env, registered: c.registered,
 				open: func(name string) (string, error) {
 					opened = append(opened, name)
 					if !slices.Contains(c.registered, name) {
