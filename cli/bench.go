@@ -47,6 +47,7 @@ func cmdBench(e *env, args []string) error {
 	byPhase := fs.Bool("by-phase", false, "step: separate rows for forward, backward and optimizer")
 	roof := fs.Bool("roofline", true, "step: place kernels against this machine's peak (measured once, ~1 s, then cached)")
 	recal := fs.Bool("recalibrate", false, "peak: measure again even if cached")
+	device := deviceFlag(fs)
 	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" && len(args) == 1 || a == "-help" || a == "--help" }) {
 		// -h alone asks for help; elsewhere it is attention's --h.
 		fmt.Fprintln(e.stderr, "flags:")
@@ -72,7 +73,7 @@ func cmdBench(e *env, args []string) error {
 		return usagef("--top %d: want a number of kernels >= 1 (or 0: all)", *top)
 	}
 	name, rest := pos[0], pos[1:]
-	allowed := append([]string{"budget", "json"}, benchFlags[name]...)
+	allowed := append([]string{"budget", "json", "device"}, benchFlags[name]...)
 	var stray []string
 	fs.Visit(func(f *flag.Flag) {
 		if !slices.Contains(allowed, f.Name) {
@@ -85,6 +86,9 @@ func cmdBench(e *env, args []string) error {
 	opts := profile.BenchOptions{Budget: *budget}
 	if *budget <= 0 {
 		return usagef("--budget must be positive, got %v", *budget)
+	}
+	if err := e.useDevice(*device); err != nil {
+		return err
 	}
 
 	switch name {

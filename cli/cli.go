@@ -14,8 +14,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/forgeml/forge/forge"
-	// The devices FORGE_BACKEND can name besides cpu: metal (macOS on
+	// The devices --device and FORGE_BACKEND can name besides cpu: metal (macOS on
 	// Apple silicon) and metal-emu (the Metal kernels on the CPU).
 	_ "github.com/forgeml/forge/forge/backends" // cpu and metal
 )
@@ -28,6 +27,7 @@ type env struct {
 	stdout, stderr io.Writer
 	stdin          io.Reader
 	interrupt      <-chan os.Signal // nil: commands install their own handler
+	noticed        bool             // the device notice is printed
 }
 
 type command struct {
@@ -48,9 +48,7 @@ func init() {
 		{"export", "[--run dir] --out dir [--allow-older]", "write Hugging Face / PyTorch loadable weights and config", cmdExport},
 		{"check", "[--run dir]", "verify a run directory: checkpoints, token files, metrics, lock, leftovers", cmdCheck},
 		{"bench", benchArgs, "time a kernel or a training step (%timeit style); profile a step", cmdBench},
-		{"demo", "", "a tour of tensors, autograd and the GPT ops", func(e *env, _ []string) error {
-			return forge.Try(func() { demo(e.stdout) })
-		}},
+		{"demo", "[--device d]", "a tour of tensors, autograd and the GPT ops", cmdDemo},
 		{"version", "", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "forge", Version)
 			return nil
@@ -115,7 +113,7 @@ func cmdHelp(e *env, args []string) error {
 		for _, c := range commands {
 			if c.name == args[0] {
 				fmt.Fprintf(e.stdout, "usage: forge %s %s\n\n%s\n", c.name, c.args, c.summary)
-				if c.name != "help" && c.name != "version" && c.name != "demo" {
+				if c.name != "help" && c.name != "version" {
 					fmt.Fprintln(e.stdout)
 					c.run(&env{stdout: e.stdout, stderr: e.stdout}, []string{"-h"})
 				}
@@ -133,6 +131,8 @@ func cmdHelp(e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "  %-*s  %s\n", w, c.name, c.summary)
 	}
 	fmt.Fprintln(e.stdout, "\nRun 'forge help <command>' for its arguments. With no command, forge runs the demo.")
+	fmt.Fprintln(e.stdout, "The commands that compute (all but prepare and check) take --device cpu|metal|metal-emu;\n"+
+		"the default is FORGE_BACKEND, else metal on Apple silicon when it opens, else cpu.")
 	return nil
 }
 

@@ -58,6 +58,7 @@ func cmdTrain(e *env, args []string) error {
 	steps := fs.Int("steps", 0, "steps to train now (default: up to the config's steps)")
 	tok := fs.String("tokenizer", "", "bpe or char (default: the config's)")
 	quiet := fs.Bool("quiet", false, "no progress, only the summary")
+	device := deviceFlag(fs)
 	var dataFiles multiFlag
 	fs.Var(&dataFiles, "data", "a text file to train on (repeatable), or a directory from forge prepare (default: the built-in Jane Austen corpus)")
 	pos, err := parse(fs, args)
@@ -66,6 +67,9 @@ func cmdTrain(e *env, args []string) error {
 	}
 	if *steps < 0 {
 		return usagef("--steps %d: want a number of steps >= 1 (or 0: up to the config's steps)", *steps)
+	}
+	if err := e.useDevice(*device); err != nil {
+		return err
 	}
 	dataFiles = append(dataFiles, pos...)
 	dir := *runDir
@@ -142,6 +146,7 @@ func cmdGenerate(e *env, args []string) error {
 	topP := fs.Float64("top-p", 0.95, "nucleus sampling threshold (1 = off)")
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	noCache := fs.Bool("no-cache", false, "recompute the context for every token (no KV cache)")
+	device := deviceFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -156,6 +161,9 @@ func cmdGenerate(e *env, args []string) error {
 	}
 	if !(*topP > 0 && *topP <= 1) {
 		return usagef("--top-p %v: want a probability in (0, 1] (1 = off)", *topP)
+	}
+	if err := e.useDevice(*device); err != nil {
+		return err
 	}
 	snap, err := loadRun(e, *runDir)
 	if err != nil {
@@ -191,11 +199,15 @@ func cmdEval(e *env, args []string) error {
 	fs := flags(e, "eval")
 	runDir := fs.String("run", "runs/tiny", "run directory")
 	batches := fs.Int("batches", 0, "validation batches (0 = the whole validation file)")
+	device := deviceFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
 	if *batches < 0 {
 		return usagef("--batches %d: want a number of batches >= 1 (or 0: the whole validation file)", *batches)
+	}
+	if err := e.useDevice(*device); err != nil {
+		return err
 	}
 	snap, err := loadRun(e, *runDir)
 	if err != nil {
@@ -225,8 +237,12 @@ func cmdInfo(e *env, args []string) error {
 	config := fs.String("config", "", "config name or .json file")
 	runDir := fs.String("run", "", "run directory (instead of --config)")
 	params := fs.Bool("params", false, "list every parameter")
+	device := deviceFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.useDevice(*device); err != nil {
 		return err
 	}
 	if *config == "" && *runDir == "" && len(pos) == 1 {
@@ -392,11 +408,15 @@ func cmdExport(e *env, args []string) error {
 	runDir := fs.String("run", "runs/tiny", "run directory")
 	out := fs.String("out", "", "output directory (required)")
 	older := fs.Bool("allow-older", false, "export an older checkpoint when the latest is damaged")
+	device := deviceFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
 	if *out == "" {
 		return usagef("--out is required: the directory to write the exported model to")
+	}
+	if err := e.useDevice(*device); err != nil {
+		return err
 	}
 	snap, err := train.Load(*runDir)
 	if err != nil {

@@ -4,12 +4,29 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/forgeml/forge/forge"
 )
 
 // demo walks through the tensor core.
+func cmdDemo(e *env, args []string) error {
+	fs := flags(e, "demo")
+	device := deviceFlag(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("demo takes no arguments, got %q", strings.Join(pos, " "))
+	}
+	if err := e.useDevice(*device); err != nil {
+		return err
+	}
+	return forge.Try(func() { demo(e.stdout) })
+}
+
 func demo(w io.Writer) {
 	forge.Seed(1)
 	dev := forge.DefaultDevice()

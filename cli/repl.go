@@ -12,7 +12,7 @@ import (
 )
 
 // replArgs is the argument summary of `forge repl` in the command table.
-const replArgs = "[run-dir] [--config tiny] [--data file.txt …] [--history file]"
+const replArgs = "[run-dir] [--config tiny] [--data file.txt …] [--history file] [--device d]"
 
 // cmdRepl opens (or creates) a run directory and reads inputs: with line
 // editing, history and completion on a terminal, plain lines otherwise
@@ -22,6 +22,7 @@ func cmdRepl(e *env, args []string) error {
 	config := fs.String("config", "", "config of a new run: "+strings.Join(configNames(), ", ")+" or a .json file (default tiny)")
 	history := fs.String("history", repl.DefaultHistoryFile(), "input history file (\"\": none)")
 	noOpen := fs.Bool("no-open", false, "start with no run open (:open or :new one)")
+	device := deviceFlag(fs)
 	var dataFiles multiFlag
 	fs.Var(&dataFiles, "data", "a text file for a new run (repeatable), or a directory from forge prepare (default: the built-in corpus)")
 	pos, err := parse(fs, args)
@@ -30,6 +31,9 @@ func cmdRepl(e *env, args []string) error {
 	}
 	if len(pos) > 1 {
 		return usagef("give at most one run directory, got %s", strings.Join(pos, " "))
+	}
+	if err := e.useDevice(*device); err != nil {
+		return err
 	}
 	stdin, _ := e.stdin.(*os.File)
 	tty := stdin != nil && repl.IsTerminal(stdin) && isTerminalWriter(e.stdout)

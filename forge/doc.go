@@ -27,6 +27,14 @@
 // Graph recording and the default device are process-wide settings: build
 // and differentiate a graph from one goroutine at a time.
 //
+// # Devices
+//
+// New tensors go to DefaultDevice: the device UseDevice or
+// SetDefaultDevice set, else the backend FORGE_BACKEND names, else Metal
+// on Apple silicon when it opens, else the CPU. DefaultDeviceChoice says
+// which and why, with a notice for front ends to print once (the library
+// prints nothing); DeviceNames lists the devices of the build.
+//
 // # Error handling
 //
 // Misuse — mismatched shapes, dtypes or devices, indices out of range — is a

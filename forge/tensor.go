@@ -2,7 +2,6 @@ package forge
 
 import (
 	"fmt"
-	"os"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -84,9 +83,11 @@ func (d *Device) String() string { return d.name }
 func (d *Device) Sync() { d.b.Sync() }
 
 var (
-	devMu      sync.Mutex
-	devices    = map[string]*Device{}
-	defaultDev *Device
+	devMu         sync.Mutex
+	devices       = map[string]*Device{}
+	defaultDev    *Device
+	defaultChoice DeviceChoice // why defaultDev, when set
+	lastChoice    DeviceChoice // the last made by DefaultDeviceChoice or UseDevice
 )
 
 // OpenDevice returns the device of the named backend ("cpu", "metal", …).
@@ -109,9 +110,11 @@ func OpenDevice(name string) (*Device, error) {
 	return d, nil
 }
 
-// DefaultDevice returns the device new tensors are created on: the backend
-// named by the FORGE_BACKEND environment variable, or "cpu". It panics if
-// FORGE_BACKEND names a backend that cannot be opened.
+// DefaultDevice returns the device new tensors are created on: the one
+// SetDefaultDevice or UseDevice set, else the default choice (see
+// DeviceChoice; DefaultDeviceChoice says which and why): the backend
+// FORGE_BACKEND names, else Metal on Apple silicon when it opens, else the
+// CPU. It panics if FORGE_BACKEND names a device that cannot be opened.
 func DefaultDevice() *Device {
 	devMu.Lock()
 	d := defaultDev
@@ -119,30 +122,30 @@ func DefaultDevice() *Device {
 	if d != nil {
 		return d
 	}
-	name := os.Getenv("FORGE_BACKEND")
-	if name == "" {
-		name = "cpu"
-	}
-	d, err := OpenDevice(name)
-	if err != nil && len(backend.Names()) == 0 {
-		panic(&Error{Op: "device", Msg: `no backend is registered: import _ "github.com/forgeml/forge/forge/backends" (or a backend package such as forge/cpu) in your program`})
-	}
-	if err != nil {
-		panic(&Error{Op: "device", Msg: fmt.Sprintf("FORGE_BACKEND=%s: %v", name, err)})
+	if _, err := DefaultDeviceChoice(); err != nil {
+		if fe, ok := err.(*Error); ok {
+			panic(fe)
+		}
+		panic(&Error{Op: "device", Msg: err.Error()})
 	}
 	devMu.Lock()
-	if defaultDev == nil {
-		defaultDev = d
-	}
-	d = defaultDev
-	devMu.Unlock()
-	return d
+	defer devMu.Unlock()
+	return defaultDev
 }
 
-// SetDefaultDevice makes d the device new tensors are created on.
+// SetDefaultDevice makes d the device new tensors are created on
+// (DefaultDeviceChoice then gives the reason "set by the program"); nil
+// returns to the default choice, made again on next use.
 func SetDefaultDevice(d *Device) {
 	devMu.Lock()
 	defaultDev = d
+	defaultChoice = DeviceChoice{}
+	switch {
+	case d != nil && d.name == lastChoice.Name:
+		defaultChoice = lastChoice // put back, as the tests' helpers do
+	case d != nil:
+		defaultChoice = DeviceChoice{Name: d.name, Reason: "set by the program"}
+	}
 	devMu.Unlock()
 }
 

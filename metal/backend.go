@@ -114,6 +114,10 @@ func (b *Backend) Name() string { return b.drv.Name() }
 // Device describes the device, e.g. "Apple M3 Max".
 func (b *Backend) Device() string { return b.drv.Device() }
 
+// Describe is the device (forge's Device.Describe): "Apple M3 Max (MSL
+// 3.1, math safe)", "metal-emu (clang 19.1.7, 2 threads)".
+func (b *Backend) Describe() string { return b.drv.Device() }
+
 // Driver returns the driver the backend runs kernels through.
 func (b *Backend) Driver() driver.Driver { return b.drv }
 

@@ -14,14 +14,17 @@ import (
 // eval and save cadence but not the model or batch shape. Progress while
 // creating a run (tokenizer training, encoding) is printed.
 //
-// Every GoNB cell is a new process, so put this at the top of each cell
-// that trains or inspects the run:
+// The run is on the device Device named, else on the default choice,
+// whose notice is printed when it was made for the user (Metal on a Mac,
+// or why the CPU there). Every GoNB cell is a new process, so put this at
+// the top of each cell that trains or inspects the run:
 //
 //	s, err := notebook.Open("runs/tiny", cfg)
 //	if err != nil { panic(err) }
 //	defer s.Close()
 //	notebook.Train(s, 200)
 func Open(dir string, cfg ...train.Config) (*train.Session, error) {
+	sayDevice(os.Stdout) // Metal picked on a Mac, or why not (Device chooses)
 	return open(dir, train.OpenOptions{Log: os.Stdout}, cfg...)
 }
 

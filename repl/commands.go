@@ -38,6 +38,7 @@ func init() {
 		{"new", "<config> [dir] [--data file…]", "create a run from a config (tiny, small, … or a .json file) in dir (default runs/<config>)",
 			"The data is the built-in corpus unless --data names text files or a `forge prepare` directory.", cmdNew, completeConfigs},
 		{"info", "", "the run: directory, config, model size, step, learning rate, latest losses", "", cmdInfo, nil},
+		{"device", "[name]", "the device computing and why it was chosen, or move the session and its run to another", deviceDoc, cmdDevice, completeDevices},
 		{"params", "[glob]", "the model's parameters (name, shape, count, share), those matching glob if given",
 			"glob is a shell pattern where * crosses dots (blocks.*.attn.*), or a substring.", cmdParams, completeParams},
 		{"inspect", "<param|expr>", "a tensor's shape, statistics, gradient statistics, histogram and values",

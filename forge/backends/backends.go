@@ -8,7 +8,8 @@
 // interface and not the other way round. Registered here: "cpu"
 // (forge/cpu) and the Metal backends (metal: "metal" on macOS, and the
 // "metal-emu" and recording drivers used to test it elsewhere).
-// FORGE_BACKEND picks the default device among them.
+// The default device among them is Metal on Apple silicon when it opens,
+// else the CPU; FORGE_BACKEND or forge.UseDevice picks another.
 package backends
 
 import (
