@@ -68,6 +68,12 @@ type Buffer struct {
 	I32  []int32
 	F16  []uint16
 	BF16 []uint16
+
+	// pooled: the memory came from the pool (allocPooled), which takes it
+	// back on Free or, if it was never freed, when the cleanup runs.
+	pooled  bool
+	dt      uint8
+	cleanup runtime.Cleanup
 }
 
 // Len returns the number of elements.
@@ -142,15 +148,39 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 	panic(fmt.Sprintf("cpu: alloc: unknown dtype %v", dt))
 }
 
+// Memory reports the pooled-size buffers handed out (Live, Peak; shared
+// by every CPU backend of the process, as the pool is) and the free lists
+// (in Held).
+func (b *Backend) Memory() backend.MemoryStats {
+	live, peak := pool.memory()
+	pool.mu.Lock()
+	free := pool.bytes
+	pool.mu.Unlock()
+	return backend.MemoryStats{Live: live, Peak: peak, Held: live + free}
+}
+
+// ResetPeak starts Memory's peak again from the live bytes.
+func (b *Backend) ResetPeak() { pool.resetPeak() }
+
 // Recycle returns the buffers of unreachable tensors to the pool now
 // (backend.Recycler): one garbage collection, then a short wait for its
 // cleanups (pool.go).
 func (b *Backend) Recycle() { pool.recycle() }
 
-// Free drops the buffer's memory; the garbage collector reclaims it (a
-// pooled buffer goes back to the pool once the *Buffer is unreachable).
+// Free returns the buffer's memory: a pooled buffer (at least
+// poolMinElems elements) to the pool at once, a small one to the garbage
+// collector.
 func (b *Backend) Free(buf backend.Buffer) {
 	if c, ok := buf.(*Buffer); ok {
+		if c.pooled {
+			c.pooled = false
+			c.cleanup.Stop()
+			e := poolEntry{f32: c.F32, f64: c.F64, i32: c.I32, u16: c.F16}
+			if c.BF16 != nil {
+				e.u16 = c.BF16
+			}
+			pool.release(c.dt, e)
+		}
 		c.F32, c.F64, c.I32 = c.F32[:0:0], c.F64[:0:0], c.I32[:0:0]
 		c.F16, c.BF16 = c.F16[:0:0], c.BF16[:0:0]
 	}

@@ -70,6 +70,10 @@ type bufPool struct {
 	maxBytes int64
 	poison   bool
 
+	// live: bytes of the pooled-size buffers handed out and neither freed
+	// nor collected yet; peak: the most since resetPeak.
+	live, peak int64
+
 	hits, misses int64 // Alloc calls served from the pool or by make
 	puts         int64 // buffers returned by their cleanups (kept or not)
 
@@ -229,15 +233,46 @@ func allocPooled(dt uint8, n int, make func() poolEntry) *Buffer {
 			e.fillPoison() // as if recycled
 		}
 	}
-	b := &Buffer{F32: e.f32, F64: e.f64, I32: e.i32}
+	b := &Buffer{F32: e.f32, F64: e.f64, I32: e.i32, dt: dt, pooled: true}
 	switch backend.DType(dt) {
 	case backend.Float16:
 		b.F16 = e.u16
 	case backend.BFloat16:
 		b.BF16 = e.u16
 	}
-	if pool.maxBytes > 0 {
-		runtime.AddCleanup(b, func(e poolEntry) { pool.put(dt, e) }, e)
-	}
+	pool.handOut(e.bytes())
+	b.cleanup = runtime.AddCleanup(b, func(e poolEntry) { pool.release(dt, e) }, e)
 	return b
+}
+
+// handOut counts n bytes more in buffers handed out.
+func (p *bufPool) handOut(n int64) {
+	p.mu.Lock()
+	p.live += n
+	p.peak = max(p.peak, p.live)
+	p.mu.Unlock()
+}
+
+// release takes back the memory of a buffer freed or found unreachable.
+func (p *bufPool) release(dt uint8, e poolEntry) {
+	p.mu.Lock()
+	p.live -= e.bytes()
+	p.mu.Unlock()
+	if p.maxBytes > 0 {
+		p.put(dt, e)
+	}
+}
+
+// memory reports the bytes in pooled-size buffers handed out and not yet
+// freed or collected, and the most since resetPeak.
+func (p *bufPool) memory() (live, peak int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live, p.peak
+}
+
+func (p *bufPool) resetPeak() {
+	p.mu.Lock()
+	p.peak = p.live
+	p.mu.Unlock()
 }

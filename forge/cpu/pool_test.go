@@ -107,3 +107,53 @@ func TestRecycle(t *testing.T) {
 		t.Fatalf("after Recycle the pool holds %d buffers of %d float32s, want at least %d", after, n, before+count)
 	}
 }
+
+// TestPoolFreeAndMemory: Free hands a pooled buffer back at once (the next
+// Alloc of its length takes the same memory, with no collection), and
+// Memory counts pooled-size buffers handed out: up on Alloc, down on Free
+// and when an unreachable buffer's cleanup runs; Peak holds the most since
+// ResetPeak.
+func TestPoolFreeAndMemory(t *testing.T) {
+	if pool.maxBytes == 0 {
+		t.Skip("pool disabled (FORGE_CPU_POOL_MB=0)")
+	}
+	be := New()
+	const n = poolMinElems + 777 // a length no other test uses
+	sz := int64(4 * n)
+	for range 3 { // let earlier tests' dead buffers return first
+		runtime.GC()
+		time.Sleep(2 * time.Millisecond)
+	}
+	be.ResetPeak()
+	base := be.Memory().Live
+	a := be.Alloc(backend.Float32, n).(*Buffer)
+	b := be.Alloc(backend.Float32, n).(*Buffer)
+	if m := be.Memory(); m.Live-base != 2*sz || m.Peak-base != 2*sz {
+		t.Fatalf("two buffers of %d bytes: %+v (base %d)", sz, m, base)
+	}
+	first := &a.F32[0]
+	be.Free(a)
+	be.Free(a) // twice: a no-op
+	if m := be.Memory(); m.Live-base != sz || m.Peak-base != 2*sz {
+		t.Fatalf("after Free: %+v (base %d)", m, base)
+	}
+	c := be.Alloc(backend.Float32, n).(*Buffer)
+	if &c.F32[0] != first {
+		t.Errorf("the freed buffer's memory was not handed out again by the next Alloc of its length")
+	}
+	be.ResetPeak()
+	if m := be.Memory(); m.Peak != m.Live {
+		t.Errorf("after ResetPeak: %+v", m)
+	}
+	be.Free(c)
+	b = nil
+	deadline := time.Now().Add(2 * time.Second)
+	for be.Memory().Live-base != 0 && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if m := be.Memory(); m.Live-base != 0 {
+		t.Errorf("after the last buffer became unreachable: %+v (base %d)", m, base)
+	}
+	runtime.KeepAlive(b)
+}
