@@ -147,3 +147,17 @@ func (t *Tensor) checkLive() {
 	}
 	panic(errorf("use", "tensor%s %v was freed %s", name, t.shape, why))
 }
+
+// MemoryStats is a device's memory in bytes (backend.MemoryStats): Live
+// in tensors now, Peak the most since ResetPeak, Held from the system
+// (free lists included), Budget the most the device should hold (0: no
+// limit but the system's memory).
+type MemoryStats = backend.MemoryStats
+
+// Memory reports the device's memory; zeros if the device does not count
+// it.
+func (d *Device) Memory() MemoryStats { return d.b.Memory() }
+
+// ResetPeak starts the device's peak memory again from what is live now,
+// so that the peak of one phase of work can be read after it.
+func (d *Device) ResetPeak() { d.b.ResetPeak() }

@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/metal/driver"
 )
 
@@ -514,6 +515,18 @@ func (b *Backend) Trim() int64 {
 	b.drainReleased()
 	b.pollLocked()
 	return b.pool.trim(0)
+}
+
+// Memory reports the pool: blocks handed out (Live, and PeakLive as
+// Peak), driver memory held (Bytes), and as Budget the device's
+// recommended working set (0 if the driver does not know it).
+func (b *Backend) Memory() backend.MemoryStats {
+	st := b.PoolStats()
+	var ws int64
+	if w, ok := b.drv.(driver.WorkingSet); ok {
+		ws = w.RecommendedWorkingSet()
+	}
+	return backend.MemoryStats{Live: st.Live, Peak: st.PeakLive, Held: st.Bytes, Budget: ws}
 }
 
 // ResetPeak restarts the pool's peak statistics (Peak, PeakLive) from the

@@ -362,17 +362,46 @@ func curveSeries(h train.History) (loss, val, lr, gn, tps Series) {
 	return
 }
 
-// historyCharts renders the loss chart and the lr / grad norm / tokens/s
-// charts of h. ids (4) keeps chart ids stable across live updates; nil
-// makes new ones.
+// memorySeries is the device memory ledger of h: each phase's peak, in
+// MB; nil if no step counted memory.
+func memorySeries(h train.History) []Series {
+	fw, bw, op := Series{Name: "forward"}, Series{Name: "backward"}, Series{Name: "optimizer"}
+	for _, m := range h.Steps {
+		if m.Memory == nil {
+			continue
+		}
+		x := float64(m.Step)
+		fw.X, fw.Y = append(fw.X, x), append(fw.Y, float64(m.Memory.ForwardPeak)/1e6)
+		bw.X, bw.Y = append(bw.X, x), append(bw.Y, float64(m.Memory.BackwardPeak)/1e6)
+		op.X, op.Y = append(op.X, x), append(op.Y, float64(m.Memory.OptimizerPeak)/1e6)
+	}
+	if len(fw.X) == 0 {
+		return nil
+	}
+	return []Series{fw, bw, op}
+}
+
+// historyCharts renders the loss chart with the device memory ledger
+// beside it, and the lr / grad norm / tokens/s charts of h. ids
+// (historyChartIDs) keeps chart ids stable across live updates; nil makes
+// new ones.
 func historyCharts(h train.History, ids []string) string {
-	if len(ids) < 4 {
-		ids = []string{newID("loss"), newID("lr"), newID("gradnorm"), newID("tps")}
+	if len(ids) < 5 {
+		ids = historyChartIDs()
 	}
 	loss, val, lr, gn, tps := curveSeries(h)
 	ph := historyText(h)
 	var b strings.Builder
-	b.WriteString(ChartHTML(ids[0], LineOption("loss", "step", "loss", false, loss, val), 300, ph))
+	lossChart := ChartHTML(ids[0], LineOption("loss", "step", "loss", false, loss, val), 300, ph)
+	if mem := memorySeries(h); mem != nil {
+		b.WriteString("<div style=\"display:flex;flex-wrap:wrap;gap:4px;max-width:960px\">")
+		b.WriteString("<div style=\"flex:2 1 460px;min-width:300px\">" + lossChart + "</div>")
+		b.WriteString("<div style=\"flex:1 1 300px;min-width:260px\">")
+		b.WriteString(ChartHTML(ids[4], LineOption("device memory, peak per phase", "step", "MB", false, mem...), 300, "device memory (MB)"))
+		b.WriteString("</div></div>")
+	} else {
+		b.WriteString(lossChart)
+	}
 	b.WriteString("<div style=\"display:flex;flex-wrap:wrap;gap:4px;max-width:960px\">")
 	for i, c := range []struct {
 		s    Series
@@ -384,6 +413,11 @@ func historyCharts(h train.History, ids []string) string {
 	}
 	b.WriteString("</div>")
 	return b.String()
+}
+
+// historyChartIDs are new ids for historyCharts' five charts.
+func historyChartIDs() []string {
+	return []string{newID("loss"), newID("lr"), newID("gradnorm"), newID("tps"), newID("memory")}
 }
 
 func historyHTML(title string, h train.History, ids []string) string {

@@ -48,7 +48,7 @@ type dashboard struct {
 
 func trainCtx(ctx context.Context, s *train.Session, n int) (int, error) {
 	d := &dashboard{s: s, id: newID("dashboard"), n: n, start: s.Trainer.StepCount(), started: now()}
-	d.chartIDs = []string{newID("loss"), newID("lr"), newID("gradnorm"), newID("tps")}
+	d.chartIDs = historyChartIDs()
 	if isNotebook() {
 		ensureLibrary()
 	}

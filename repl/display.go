@@ -16,6 +16,7 @@ import (
 
 	"github.com/cli/browser"
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/train"
 	"github.com/forgeml/forge/internal/atomicfile"
 	"github.com/forgeml/forge/internal/numfmt"
 	"github.com/guptarohit/asciigraph"
@@ -118,7 +119,7 @@ func histogram(v []float64, bins, width int) string {
 
 // Plots.
 
-var metricNames = []string{"loss", "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms", "loss_scale"}
+var metricNames = train.MetricNames
 
 func cmdPlot(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {

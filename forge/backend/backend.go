@@ -525,6 +525,23 @@ type Backend interface {
 	// dispatch point of package forge uses it while a kernel observer is
 	// installed. Default: runs launch and returns ok = false.
 	TimeKernels(launch func()) (d time.Duration, ok bool)
+	// Memory reports the device memory held by the backend's buffers now
+	// and at most since the last ResetPeak, for the per-step memory
+	// ledger. Default: zero (not known).
+	Memory() MemoryStats
+	// ResetPeak starts Memory's peak again from the live bytes now.
+	// Default: nothing.
+	ResetPeak()
+}
+
+// MemoryStats is a backend's device memory, in bytes. Live and Peak
+// count the buffers handed out and not yet freed or collected (the CPU
+// counts only buffers of 4096 elements or more: the rest are few bytes);
+// Held is what the backend holds from the system, free lists included,
+// and Budget the most the device should hold (Metal: the GPU's
+// recommended working set; 0: no limit but the system's memory).
+type MemoryStats struct {
+	Live, Peak, Held, Budget int64
 }
 
 // MatMulOp is one product of a MatMulMany call: Dst = A @ B (Dst += A @ B

@@ -25,3 +25,9 @@ func (Unimplemented) TimeKernels(launch func()) (time.Duration, bool) {
 	launch()
 	return 0, false
 }
+
+// Memory returns zeros: the backend does not count its memory.
+func (Unimplemented) Memory() MemoryStats { return MemoryStats{} }
+
+// ResetPeak does nothing.
+func (Unimplemented) ResetPeak() {}

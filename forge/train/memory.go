@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/internal/numfmt"
 )
 
@@ -63,10 +64,17 @@ func paramsFloat(c Config) float64 {
 
 // CheckMemory refuses, in one line, a config whose training memory
 // (MemoryNeeded) exceeds the memory available now (MemAvailable on Linux;
-// elsewhere nothing is checked), naming both and what to shrink.
+// elsewhere nothing is checked) or the default device's memory budget
+// (Metal: the GPU's recommended working set), naming both and what to
+// shrink.
 func (c Config) CheckMemory() error {
 	need := c.MemoryNeeded()
 	avail, ok := availableMemory()
+	of := "of memory is available"
+	if dev := forge.DefaultDevice(); dev.Memory().Budget > 0 && (!ok || dev.Memory().Budget < avail) {
+		avail, ok = dev.Memory().Budget, true
+		of = "is the " + dev.Name() + " device's memory budget (the GPU's recommended working set)"
+	}
 	if !ok || need.Total() <= float64(avail) {
 		return nil
 	}
@@ -74,8 +82,8 @@ func (c Config) CheckMemory() error {
 	if need.Weights+need.Gradients+need.Optimizer <= float64(avail) {
 		what = "batch or context (the activations), or the model"
 	}
-	return fmt.Errorf("train: config %s needs at least %s to train, but %s of memory is available; shrink %s",
-		c.Name, need, numfmt.Bytes(float64(avail)), what)
+	return fmt.Errorf("train: config %s needs at least %s to train, but %s %s; shrink %s",
+		c.Name, need, numfmt.Bytes(float64(avail)), of, what)
 }
 
 // CheckWeightMemory is CheckMemory for loading the weights alone (eval,

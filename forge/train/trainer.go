@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/forgeml/forge/forge"
@@ -38,6 +39,45 @@ type Metrics struct {
 	Time         string   `json:"time,omitempty"`     // RFC 3339, when the step ended
 
 	LossScale float64 `json:"loss_scale,omitempty"` // float16: the loss scale this step's backward used
+
+	Memory *StepMemory `json:"memory,omitempty"` // the device memory ledger; nil where the device does not count memory
+}
+
+// StepMemory is the device memory of one step's phases, in bytes: the
+// peak while the phase ran and what was live when it ended (forward and
+// backward: the largest over the step's micro-batches). On a GPU it is
+// memory as the pool hands it out while kernels are queued.
+type StepMemory struct {
+	ForwardPeak   int64 `json:"forward_peak"`
+	ForwardLive   int64 `json:"forward_live"`
+	BackwardPeak  int64 `json:"backward_peak"`
+	BackwardLive  int64 `json:"backward_live"`
+	OptimizerPeak int64 `json:"optimizer_peak"`
+	OptimizerLive int64 `json:"optimizer_live"`
+}
+
+// Peak is the step's peak over its phases.
+func (m StepMemory) Peak() int64 { return max(m.ForwardPeak, m.BackwardPeak, m.OptimizerPeak) }
+
+// ledger records a step's StepMemory from dev's counters.
+type ledger struct {
+	dev *forge.Device
+	m   StepMemory
+}
+
+// phase reads the peak and live memory since the last call into *peak and
+// *live (keeping the larger values) and restarts the peak.
+func (l *ledger) phase(peak, live *int64) {
+	st := l.dev.Memory()
+	*peak, *live = max(*peak, st.Peak), max(*live, st.Live)
+	l.dev.ResetPeak()
+}
+
+func (l *ledger) result() *StepMemory {
+	if l.m == (StepMemory{}) {
+		return nil
+	}
+	return &l.m
 }
 
 // MarshalJSON writes a record as JSON. A non-finite loss or gradient norm
@@ -130,6 +170,11 @@ func (h *History) Last() Metrics {
 // Series returns one metric over the steps that have it: "loss",
 // "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms" or
 // "loss_scale" (float16 runs only).
+// MetricNames are the series History.Series knows. The memory series are
+// the step's peak device memory and each phase's (StepMemory), in MB.
+var MetricNames = []string{"loss", "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms", "loss_scale",
+	"memory", "memory_forward", "memory_backward", "memory_optimizer"}
+
 func (h *History) Series(name string) (steps []int, values []float64, err error) {
 	for _, m := range h.Steps {
 		var v float64
@@ -154,8 +199,14 @@ func (h *History) Series(name string) (steps []int, values []float64, err error)
 				continue // not a float16 step
 			}
 			v = m.LossScale
+		case "memory", "memory_forward", "memory_backward", "memory_optimizer":
+			if m.Memory == nil {
+				continue // the device does not count memory
+			}
+			v = float64(map[string]int64{"memory": m.Memory.Peak(), "memory_forward": m.Memory.ForwardPeak,
+				"memory_backward": m.Memory.BackwardPeak, "memory_optimizer": m.Memory.OptimizerPeak}[name]) / 1e6
 		default:
-			return nil, nil, fmt.Errorf("train: no metric %q; choose loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms or loss_scale", name)
+			return nil, nil, fmt.Errorf("train: no metric %q; choose one of %s", name, strings.Join(MetricNames, ", "))
 		}
 		steps = append(steps, m.Step)
 		values = append(values, v)
@@ -279,6 +330,11 @@ func (t *Trainer) Step() Metrics {
 	for _, p := range t.params {
 		p.ReleaseGrad()
 	}
+	mem := ledger{dev: forge.DefaultDevice()}
+	if len(t.params) > 0 {
+		mem.dev = t.params[0].Device()
+	}
+	mem.dev.ResetPeak()
 	t.Model.SetTraining(true)
 	B, T := cfg.Batch, cfg.Model.Context
 	scale := t.LossScale()
@@ -290,10 +346,12 @@ func (t *Trainer) Step() Metrics {
 		// not when the garbage collector gets to it.
 		forge.Collect(func() {
 			l := t.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
+			mem.phase(&mem.m.ForwardPeak, &mem.m.ForwardLive)
 			// The upstream gradient: what the backward of
 			// l.MulScalar(1/GradAccum) would pass (times the loss scale
 			// with float16; LossScale is 1 otherwise).
 			l.Backward(forge.FullLike(l, scale/float64(cfg.GradAccum)))
+			mem.phase(&mem.m.BackwardPeak, &mem.m.BackwardLive)
 			forge.NoGrad(func() {
 				if cfg.GradAccum > 1 {
 					l = l.MulScalar(1 / float64(cfg.GradAccum))
@@ -307,8 +365,10 @@ func (t *Trainer) Step() Metrics {
 			losses[i].Device().Flush() // start the device on this micro-batch
 		}
 	}
+	mem.dev.ResetPeak() // the micro-batch's end freed its activations
 	clip := optim.ClipGradNormDeferredScaled(t.params, cfg.GradClip, scale)
 	t.Opt.StepClipped(clip)
+	mem.phase(&mem.m.OptimizerPeak, &mem.m.OptimizerLive)
 	// The one wait: the first read finishes the queue.
 	loss := 0.0
 	for _, l := range losses {
@@ -327,6 +387,7 @@ func (t *Trainer) Step() Metrics {
 		Step: t.StepCount(), Loss: loss, LR: lr, GradNorm: norm,
 		TokensPerSec: float64(n) / el.Seconds(), StepMS: float64(el.Microseconds()) / 1e3,
 		Tokens: t.tokens, Skipped: skipped, Time: time.Now().UTC().Format(time.RFC3339),
+		Memory: mem.result(),
 	}
 	if t.scaler != nil {
 		m.LossScale = scale

@@ -13,6 +13,7 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/nn"
 )
 
 // Accumulating two micro-batches of 2 must update the weights as one
@@ -183,5 +184,46 @@ func TestNonFiniteParams(t *testing.T) {
 	}
 	if bad := NonFiniteParams(m); !slices.Equal(bad, []string{ps[1].Name, ps[3].Name}) {
 		t.Errorf("got %v, want [%s %s]", bad, ps[1].Name, ps[3].Name)
+	}
+}
+
+// TestMemoryLedger: on the CPU every step records its memory ledger: each
+// phase's peak at least what was live at its end; the forward's live
+// memory above the optimizer's (the micro-batch's activations are freed
+// before the update); the optimizer's at least the weights, gradients and
+// AdamW moments of the parameters the CPU counts (4096 elements or more);
+// and the memory series for :plot and the dashboard.
+func TestMemoryLedger(t *testing.T) {
+	cfg := testRunConfig()
+	s := openTest(t, t.TempDir(), &cfg)
+	defer s.Close()
+	if _, err := s.TrainWith(context.Background(), 2, RunOptions{NoEval: true}); err != nil {
+		t.Fatal(err)
+	}
+	var counted int64
+	for _, p := range nn.Tensors(s.Model) {
+		if n := int64(p.Numel()); n >= 4096 {
+			counted += 16 * n
+		}
+	}
+	if counted == 0 {
+		t.Fatal("the test model has no parameter the CPU counts")
+	}
+	for _, m := range s.Trainer.History.Steps {
+		mem := m.Memory
+		switch {
+		case mem == nil:
+			t.Fatalf("step %d: no memory ledger", m.Step)
+		case mem.ForwardPeak < mem.ForwardLive || mem.BackwardPeak < mem.BackwardLive || mem.OptimizerPeak < mem.OptimizerLive:
+			t.Errorf("step %d: a peak below its live memory: %+v", m.Step, *mem)
+		case mem.ForwardLive <= mem.OptimizerLive:
+			t.Errorf("step %d: the forward holds %d bytes, the update %d: activations not freed", m.Step, mem.ForwardLive, mem.OptimizerLive)
+		case mem.OptimizerLive < counted:
+			t.Errorf("step %d: %d bytes live after the update, below the %d of weights, gradients and moments", m.Step, mem.OptimizerLive, counted)
+		}
+	}
+	steps, mb, err := s.Trainer.History.Series("memory")
+	if err != nil || len(steps) != 2 || mb[1] != float64(s.Trainer.History.Steps[1].Memory.Peak())/1e6 {
+		t.Errorf("memory series: %v %v %v", steps, mb, err)
 	}
 }

@@ -34,6 +34,7 @@ func init() {
 		"LoadConfig":             reflect.ValueOf(train.LoadConfig),
 		"LoadWeights":            reflect.ValueOf(train.LoadWeights),
 		"LockFile":               reflect.ValueOf(constant.MakeFromLiteral("\"lock\"", token.STRING, 0)),
+		"MetricNames":            reflect.ValueOf(&train.MetricNames).Elem(),
 		"MetricsFile":            reflect.ValueOf(constant.MakeFromLiteral("\"metrics.jsonl\"", token.STRING, 0)),
 		"NewTrainer":             reflect.ValueOf(train.NewTrainer),
 		"NonFiniteParams":        reflect.ValueOf(train.NonFiniteParams),
@@ -62,6 +63,7 @@ func init() {
 		"Session":          reflect.ValueOf((*train.Session)(nil)),
 		"Snapshot":         reflect.ValueOf((*train.Snapshot)(nil)),
 		"State":            reflect.ValueOf((*train.State)(nil)),
+		"StepMemory":       reflect.ValueOf((*train.StepMemory)(nil)),
 		"Summary":          reflect.ValueOf((*train.Summary)(nil)),
 		"Trainer":          reflect.ValueOf((*train.Trainer)(nil)),
 

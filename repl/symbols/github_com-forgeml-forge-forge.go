@@ -84,6 +84,7 @@ func init() {
 		"Generator":    reflect.ValueOf((*forge.Generator)(nil)),
 		"GradClip":     reflect.ValueOf((*forge.GradClip)(nil)),
 		"KernelCall":   reflect.ValueOf((*forge.KernelCall)(nil)),
+		"MemoryStats":  reflect.ValueOf((*forge.MemoryStats)(nil)),
 		"Observer":     reflect.ValueOf((*forge.Observer)(nil)),
 		"Phase":        reflect.ValueOf((*forge.Phase)(nil)),
 		"PrintOptions": reflect.ValueOf((*forge.PrintOptions)(nil)),
