@@ -45,9 +45,11 @@ func (r *run) machine() {
 		if t, ok := mb.Driver().(driver.TensorOps); ok {
 			level = t.TensorOps()
 		}
-		r.line("- GPU family: %s", gpuFamily(level))
 		if _, ok := mb.Driver().(*emu.Driver); ok {
-			r.line("- emulator: the MSL kernels run on this CPU (clang); nothing here ran on an Apple GPU")
+			r.line("- GPU family: none, an emulator: the MSL kernels run on this CPU (clang); nothing here ran on an Apple GPU")
+			r.line("- tensor ops (MSL 4.0): the emulator reports %s, so the kernels take that path (FORGE_EMU_TENSOR_OPS=0: none)", level)
+		} else {
+			r.line("- GPU family: %s", gpuFamily(level))
 		}
 	} else if r.dev.Name() != "cpu" {
 		r.line("- GPU family: not a Metal device")

@@ -158,8 +158,8 @@ func (r *run) stepTiming(s scales) error {
 	if err != nil {
 		return err
 	}
-	full := fmt.Sprintf("batch %d × context %d", cfg.Batch, cfg.Model.Context)
-	here := full
+	full := fmt.Sprintf("context %d", cfg.Model.Context)
+	here := fmt.Sprintf("batch %d × context %d", cfg.Batch, cfg.Model.Context)
 	if s.stepBatch > 0 {
 		cfg.Batch, cfg.Model.Context = s.stepBatch, s.stepCtx
 		here = fmt.Sprintf("batch %d × context %d (scaled)", cfg.Batch, cfg.Model.Context)
