@@ -62,16 +62,18 @@ check-darwin:
 	@d=$$(mktemp -d); GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $$d/ ./metal/... ./forge/forgetest/ && \
 		echo "darwin test binaries: $$(cd $$d && ls | tr '\n' ' ')"; rm -rf $$d
 
-# The Metal backend. On a Mac: the conformance suite and the metal package's
-# tests on the GPU (training steps against the CPU among them), with
-# Metal's API validation and shader validation on, then a profiled
-# training benchmark of the small config (tokens/s, GPU time per kernel).
-# On Linux: the same suites on the emulation driver, which compiles the MSL
-# kernels with clang and runs them on the CPU (threads of a threadgroup as
-# fibers), under forward, reverse and random thread schedules.
+# The Metal backend. On a Mac (scripts/test-metal.sh): forge doctor on the
+# GPU (report in artifacts/), the full suite with FORGE_BACKEND=metal under
+# Metal's API and shader validation (training steps against the CPU among
+# them), Xcode's offline compiler on every kernel file for each MSL version
+# the backend uses (skipped, saying so, without Xcode), then a profiled
+# training benchmark of the small config. Nothing of it has run on Apple
+# hardware yet. On Linux: the same suites on the emulation driver, which
+# compiles the MSL kernels with clang and runs them on the CPU (threads of a
+# threadgroup as fibers), under forward, reverse and random thread
+# schedules (test-metal-emu).
 test-metal:
-	OBJC_DEBUG_MISSING_POOLS=YES MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1 FORGE_BACKEND=metal $(GO) test -count=1 ./metal/... ./kernels/ ./forge/forgetest/
-	FORGE_BACKEND=metal $(GO) run ./cmd/forge bench step --config small --profile
+	@GO="$(GO)" scripts/test-metal.sh
 
 # A new random schedule each run (printed; EMU_SEED=n repeats one).
 EMU_SEED ?= $(shell date +%s)

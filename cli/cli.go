@@ -48,6 +48,7 @@ func init() {
 		{"export", "[--run dir] --out dir [--allow-older]", "write Hugging Face / PyTorch loadable weights and config", cmdExport},
 		{"check", "[--run dir]", "verify a run directory: checkpoints, token files, metrics, lock, leftovers", cmdCheck},
 		{"bench", benchArgs, "time a kernel or a training step (%timeit style); profile a step", cmdBench},
+		{"doctor", doctorArgs, "check this machine's device against the CPU and write a report to attach to a bug report", cmdDoctor},
 		{"demo", "[--device d]", "a tour of tensors, autograd and the GPT ops", cmdDemo},
 		{"version", "", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "forge", Version)

@@ -28,6 +28,7 @@ func TestDeviceFlagEveryCommand(t *testing.T) {
 		"export":   {[]string{"--out", dir + "/x"}, 2, listing},
 		"bench":    {[]string{"matmul", "8", "8", "8"}, 2, listing},
 		"demo":     {nil, 2, listing},
+		"doctor":   {[]string{"--out", dir, "--short"}, 2, listing},
 		// prepare and check make no tensors: no --device.
 		"prepare": {[]string{"--out", dir + "/p"}, 2, "flag provided but not defined: -device"},
 		"check":   {[]string{"--run", dir}, 2, "flag provided but not defined: -device"},

@@ -146,7 +146,7 @@ func crossEntropyComposed(x *Tensor, ids []int32, ignore, count int) *Tensor {
 func sumSquaresComposed(d, x *Tensor) {
 	var s *Tensor
 	NoGrad(func() { s = x.Cast(statDType(x.dtype)).Square().Sum() })
-	launch(x.dev, kcall{name: "copy", dt: s.dtype, shapes: shapesOf(s, d), bytes: bytesOf(s, d)},
+	launch(x.dev, kcall{in: tensors(s), out: tensors(d), name: "copy", dt: s.dtype, shapes: shapesOf(s, d), bytes: bytesOf(s, d)},
 		func(be backend.Backend) { be.Copy(d.bv(), s.bv()) })
 }
 

@@ -46,7 +46,7 @@ func fullOn(dev *Device, dt DType, shape []int, v float64) *Tensor {
 	checkShape("full", shape)
 	checkDType("full", dt, shape)
 	t := newTensor(dev, dt, shape)
-	launch(dev, kcall{name: "fill", dt: dt, shapes: shapesOf(t), bytes: bytesOf(t)},
+	launch(dev, kcall{out: tensors(t), name: "fill", dt: dt, shapes: shapesOf(t), bytes: bytesOf(t)},
 		func(b backend.Backend) { b.Fill(t.bv(), v) })
 	return t
 }
@@ -182,7 +182,7 @@ func (t *Tensor) Cast(dt DType) *Tensor {
 	}
 	checkDType("cast", dt, t.shape)
 	out := newTensor(t.dev, dt, t.shape)
-	launch(t.dev, kcall{name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
+	launch(t.dev, kcall{in: tensors(t), out: tensors(out), name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
 		func(b backend.Backend) { b.Copy(out.bv(), t.bv()) })
 	if !t.dtype.IsFloat() || !dt.IsFloat() {
 		return out
@@ -208,7 +208,7 @@ func hostSlice(dt DType, n int) any {
 // contiguousCopy returns a new contiguous tensor with t's values (no graph).
 func (t *Tensor) contiguousCopy() *Tensor {
 	out := newTensor(t.dev, t.dtype, t.shape)
-	launch(t.dev, kcall{name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
+	launch(t.dev, kcall{in: tensors(t), out: tensors(out), name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
 		func(b backend.Backend) { b.Copy(out.bv(), t.bv()) })
 	return out
 }

@@ -132,10 +132,18 @@ type ScopeSpan struct {
 
 // Observer receives what the dispatch point sees while it is installed:
 // Kernel every kernel call after it completes, Scope every Scope as it
-// ends. Either may be nil.
+// ends, Tensors every kernel call after Kernel with the tensors it read
+// (in) and wrote (out). Any may be nil.
+//
+// Tensors is for checks that compare values kernel by kernel (forge
+// doctor's shadow parity): it may read the tensors (reading waits for the
+// kernel) and write the outputs in place (CopyFrom inside NoGrad), but
+// should not keep them — a record that holds tensors holds their device
+// memory. The kernels it launches itself are reported to it too.
 type Observer struct {
-	Kernel func(KernelCall)
-	Scope  func(ScopeSpan)
+	Kernel  func(KernelCall)
+	Scope   func(ScopeSpan)
+	Tensors func(c KernelCall, in, out []*Tensor)
 }
 
 var observer atomic.Pointer[Observer]
@@ -151,7 +159,7 @@ var observer atomic.Pointer[Observer]
 // while profiling) and reported after it completes.
 func SetObserver(obs Observer) Observer {
 	var p *Observer
-	if obs.Kernel != nil || obs.Scope != nil {
+	if obs.Kernel != nil || obs.Scope != nil || obs.Tensors != nil {
 		p = &obs
 	}
 	old := observer.Swap(p)
@@ -163,11 +171,12 @@ func SetObserver(obs Observer) Observer {
 
 // kcall is what an op knows about a kernel before launching it.
 type kcall struct {
-	name   string
-	dt     DType
-	shapes [][]int
-	flops  int64
-	bytes  int64
+	in, out []*Tensor // the tensors it reads and writes (for Observer.Tensors)
+	name    string
+	dt      DType
+	shapes  [][]int
+	flops   int64
+	bytes   int64
 }
 
 // launch is the single dispatch point: every kernel call in the package goes
@@ -196,12 +205,28 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	// Asked after the call: a backend may pick the path per call (the
 	// CPU's matmul does, by shape).
 	variant := d.b.Variant(k.name)
-	if obs.Kernel != nil {
-		obs.Kernel(KernelCall{
-			Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
-			Phase: phase, Scope: currentScope(), FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,
-		})
+	c := KernelCall{
+		Kernel: k.name, Variant: variant, Device: d.name, DType: k.dt, Shapes: k.shapes,
+		Phase: phase, Scope: currentScope(), FLOPs: k.flops, Bytes: k.bytes, Start: start, Duration: dur,
 	}
+	if obs.Kernel != nil {
+		obs.Kernel(c)
+	}
+	if obs.Tensors != nil {
+		obs.Tensors(c, k.in, k.out)
+	}
+}
+
+// tensors lists the operands of a kernel for Observer.Tensors, leaving out
+// the optional ones that are nil.
+func tensors(ts ...*Tensor) []*Tensor {
+	out := make([]*Tensor, 0, len(ts))
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // shapesOf lists the shapes of ts for a kernel record.

@@ -14,14 +14,14 @@ func (t *Tensor) unary(op backend.UnaryOp, s backend.Scalars) *Tensor {
 	name := op.String()
 	sameFloat(name, t)
 	out := newTensor(t.dev, t.dtype, t.shape)
-	launch(t.dev, kcall{name: "unary." + name, dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out), flops: int64(t.Numel())},
+	launch(t.dev, kcall{in: tensors(t), out: tensors(out), name: "unary." + name, dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out), flops: int64(t.Numel())},
 		func(b backend.Backend) { b.Unary(op, s, out.bv(), t.bv()) })
 	if op == backend.Sign {
 		return out
 	}
 	return record(out, name, []*Tensor{t}, func(g *Tensor) []*Tensor {
 		dx := newTensor(g.dev, g.dtype, g.shape)
-		launch(g.dev, kcall{name: "unary_grad." + name, dt: g.dtype, shapes: shapesOf(t, out, g, dx), bytes: bytesOf(t, out, g, dx), flops: int64(g.Numel())},
+		launch(g.dev, kcall{in: tensors(t, out, g), out: tensors(dx), name: "unary_grad." + name, dt: g.dtype, shapes: shapesOf(t, out, g, dx), bytes: bytesOf(t, out, g, dx), flops: int64(g.Numel())},
 			func(b backend.Backend) { b.UnaryGrad(op, s, dx.bv(), t.bv(), out.bv(), g.bv()) })
 		return []*Tensor{dx}
 	})
@@ -187,7 +187,7 @@ func binary(op backend.BinaryOp, a, b *Tensor, grad func(g, out *Tensor) (ga, gb
 	shape := broadcastShapes(name, a.shape, b.shape)
 	out := newTensor(a.dev, a.dtype, shape)
 	av, bv := a.broadcastView(shape), b.broadcastView(shape)
-	launch(a.dev, kcall{name: "binary." + name, dt: a.dtype, shapes: shapesOf(a, b, out), bytes: bytesOf(a, b, out), flops: int64(out.Numel())},
+	launch(a.dev, kcall{in: tensors(a, b), out: tensors(out), name: "binary." + name, dt: a.dtype, shapes: shapesOf(a, b, out), bytes: bytesOf(a, b, out), flops: int64(out.Numel())},
 		func(be backend.Backend) { be.Binary(op, out.bv(), av.bv(), bv.bv()) })
 	if grad == nil {
 		return out
@@ -315,7 +315,7 @@ func Where(cond, a, b *Tensor) *Tensor {
 	shape := broadcastShapes("where", broadcastShapes("where", cond.shape, a.shape), b.shape)
 	out := newTensor(a.dev, a.dtype, shape)
 	cv, av, bv := cond.broadcastView(shape), a.broadcastView(shape), b.broadcastView(shape)
-	launch(a.dev, kcall{name: "where", dt: a.dtype, shapes: shapesOf(cond, a, b, out), bytes: bytesOf(cond, a, b, out)},
+	launch(a.dev, kcall{in: tensors(cond, a, b), out: tensors(out), name: "where", dt: a.dtype, shapes: shapesOf(cond, a, b, out), bytes: bytesOf(cond, a, b, out)},
 		func(be backend.Backend) { be.Where(out.bv(), cv.bv(), av.bv(), bv.bv()) })
 	as, bs := shapeOf(a.shape), shapeOf(b.shape)
 	return record(out, "where", []*Tensor{a, b}, func(g *Tensor) []*Tensor {
@@ -348,7 +348,7 @@ func (t *Tensor) MaskedFill(mask *Tensor, v float64) *Tensor {
 // addInto adds g into dst in place (no graph).
 func addInto(dst, g *Tensor) {
 	gv := g.broadcastView(dst.shape)
-	launch(dst.dev, kcall{name: "binary.add", dt: dst.dtype, shapes: shapesOf(dst, g), bytes: 3 * bytesOf(dst)},
+	launch(dst.dev, kcall{in: tensors(dst, g), out: tensors(dst), name: "binary.add", dt: dst.dtype, shapes: shapesOf(dst, g), bytes: 3 * bytesOf(dst)},
 		func(b backend.Backend) { b.Binary(backend.Add, dst.bv(), dst.bv(), gv.bv()) })
 }
 

@@ -23,13 +23,13 @@ func SwiGLU(a, b *Tensor) *Tensor {
 	a, b = a.Contiguous(), b.Contiguous()
 	y := newTensor(a.dev, a.dtype, a.shape)
 	n := int64(a.Numel())
-	launch(a.dev, kcall{name: "swiglu", dt: a.dtype, shapes: shapesOf(a, b, y), bytes: bytesOf(a, b, y), flops: 6 * n},
+	launch(a.dev, kcall{in: tensors(a, b), out: tensors(y), name: "swiglu", dt: a.dtype, shapes: shapesOf(a, b, y), bytes: bytesOf(a, b, y), flops: 6 * n},
 		func(be backend.Backend) { be.SwiGLU(y.bv(), a.bv(), b.bv()) })
 	return record(y, "swiglu", []*Tensor{a, b}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
 		da := newTensor(g.dev, g.dtype, g.shape)
 		db := newTensor(g.dev, g.dtype, g.shape)
-		launch(g.dev, kcall{name: "swiglu.backward", dt: g.dtype, shapes: shapesOf(a, b, g, da, db), bytes: bytesOf(a, b, g, da, db), flops: 12 * n},
+		launch(g.dev, kcall{in: tensors(a, b, g), out: tensors(da, db), name: "swiglu.backward", dt: g.dtype, shapes: shapesOf(a, b, g, da, db), bytes: bytesOf(a, b, g, da, db), flops: 12 * n},
 			func(be backend.Backend) { be.SwiGLUBackward(da.bv(), db.bv(), a.bv(), b.bv(), g.bv()) })
 		return []*Tensor{da, db}
 	})
@@ -56,7 +56,7 @@ func sumSquaresInto(dst *Tensor, i int, x *Tensor) {
 		sumSquaresComposed(d, x)
 		return
 	}
-	launch(x.dev, kcall{name: "sum_squares", dt: x.dtype, shapes: shapesOf(x), bytes: bytesOf(x), flops: 2 * int64(x.Numel())},
+	launch(x.dev, kcall{in: tensors(x), out: tensors(d), name: "sum_squares", dt: x.dtype, shapes: shapesOf(x), bytes: bytesOf(x), flops: 2 * int64(x.Numel())},
 		func(be backend.Backend) { be.SumSquares(d.bv(), x.bv()) })
 }
 
@@ -113,7 +113,7 @@ func AdamWUpdate(param, grad, m, v *Tensor, p AdamWParams) {
 		adamWComposed(param, g, m, v, p)
 		return
 	}
-	launch(param.dev, kcall{name: "adamw", dt: param.dtype, shapes: shapesOf(param, g, m, v), bytes: bytesOf(param, g, m, v, param, m, v), flops: 14 * int64(param.Numel())},
+	launch(param.dev, kcall{in: tensors(param, g, m, v), out: tensors(param, m, v), name: "adamw", dt: param.dtype, shapes: shapesOf(param, g, m, v), bytes: bytesOf(param, g, m, v, param, m, v), flops: 14 * int64(param.Numel())},
 		func(be backend.Backend) { be.AdamW(param.bv(), g.bv(), m.bv(), v.bv(), p) })
 }
 
@@ -160,7 +160,7 @@ func (t *Tensor) MulScalarInPlace(s float64) *Tensor {
 		}
 	}
 	sc := backend.Scalars{A: s}
-	launch(t.dev, kcall{name: "unary.affine", dt: t.dtype, shapes: shapesOf(t, t), bytes: 2 * bytesOf(t), flops: int64(t.Numel())},
+	launch(t.dev, kcall{in: tensors(t), out: tensors(t), name: "unary.affine", dt: t.dtype, shapes: shapesOf(t, t), bytes: 2 * bytesOf(t), flops: int64(t.Numel())},
 		func(b backend.Backend) { b.Unary(backend.Affine, sc, t.bv(), t.bv()) })
 	return t
 }
@@ -237,7 +237,7 @@ func NewGradClipScaled(grads []*Tensor, maxNorm, lossScale float64) *GradClip {
 				sumSquaresInto(sums, j, g.Contiguous())
 			}
 			gr.state = newTensor(gr.dev, gr.dev.b.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
-			launch(gr.dev, kcall{name: op, dt: gr.dt, shapes: shapesOf(sums, gr.state), bytes: bytesOf(sums, gr.state), flops: int64(len(grads)) + 4},
+			launch(gr.dev, kcall{in: tensors(sums), out: tensors(gr.state), name: op, dt: gr.dt, shapes: shapesOf(sums, gr.state), bytes: bytesOf(sums, gr.state), flops: int64(len(grads)) + 4},
 				func(be backend.Backend) {
 					be.GradClip(gr.state.bv(), sums.bv(), maxNorm, unscale)
 				})
@@ -321,7 +321,7 @@ func AdamWUpdateClipped(param, grad, m, v *Tensor, c *GradClip, p AdamWParams) {
 	g := grad.Contiguous()
 	if gr.state != nil {
 		st := gr.state
-		launch(param.dev, kcall{name: "adamw_clipped", dt: param.dtype, shapes: shapesOf(param, g, m, v, st), bytes: bytesOf(param, g, m, v, param, m, v), flops: 15 * int64(param.Numel())},
+		launch(param.dev, kcall{in: tensors(param, g, m, v, st), out: tensors(param, m, v), name: "adamw_clipped", dt: param.dtype, shapes: shapesOf(param, g, m, v, st), bytes: bytesOf(param, g, m, v, param, m, v), flops: 15 * int64(param.Numel())},
 			func(be backend.Backend) {
 				be.AdamWClipped(param.bv(), g.bv(), m.bv(), v.bv(), st.bv(), p)
 			})

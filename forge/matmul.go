@@ -108,7 +108,7 @@ func matmulPair(a1, b1, a2, b2 *Tensor) (*Tensor, *Tensor) {
 	o2 := newTensor(a2.dev, a2.dtype, []int{a2.shape[0], b2.shape[1]})
 	f1 := 2 * int64(a1.shape[0]) * int64(a1.shape[1]) * int64(b1.shape[1])
 	f2 := 2 * int64(a2.shape[0]) * int64(a2.shape[1]) * int64(b2.shape[1])
-	launch(o1.dev, kcall{
+	launch(o1.dev, kcall{in: tensors(a1, b1, a2, b2), out: tensors(o1, o2),
 		name: "matmul", dt: o1.dtype, shapes: shapesOf(a1, b1, a2, b2, o1, o2),
 		flops: f1 + f2, bytes: bytesOf(a1, b1, a2, b2, o1, o2),
 	}, func(be backend.Backend) {
@@ -143,7 +143,7 @@ func matOperand(t *Tensor) *Tensor {
 func matmulInto(out, a, b *Tensor, accumulate bool) {
 	m, k, n := a.shape[a.Dim()-2], a.shape[a.Dim()-1], b.shape[b.Dim()-1]
 	batches := numel(out.shape[:out.Dim()-2])
-	launch(out.dev, kcall{
+	launch(out.dev, kcall{in: tensors(a, b), out: tensors(out),
 		name: "matmul", dt: out.dtype, shapes: shapesOf(a, b, out),
 		flops: 2 * int64(batches) * int64(m) * int64(n) * int64(k),
 		bytes: int64(batches) * int64(m*k+k*n+m*n) * int64(out.dtype.Size()),

@@ -347,7 +347,7 @@ func (t *Tensor) fillPendingZeros() {
 		sh := slices.Clone(t.shape)
 		sh[z.axis] = s[1] - s[0]
 		v := t.view(sh, t.strides, t.offset+s[0]*t.strides[z.axis])
-		launch(t.dev, kcall{name: "fill", dt: t.dtype, shapes: shapesOf(v), bytes: bytesOf(v)},
+		launch(t.dev, kcall{out: tensors(v), name: "fill", dt: t.dtype, shapes: shapesOf(v), bytes: bytesOf(v)},
 			func(b backend.Backend) { b.Fill(v.bv(), 0) })
 	}
 }
@@ -384,7 +384,7 @@ func denseOrder(shape, strides []int) []int {
 
 // copyInto copies src into the (possibly strided) view dst, no graph.
 func copyInto(dst, src *Tensor) {
-	launch(dst.dev, kcall{name: "copy", dt: src.dtype, shapes: shapesOf(src, dst), bytes: bytesOf(src, dst)},
+	launch(dst.dev, kcall{in: tensors(src), out: tensors(dst), name: "copy", dt: src.dtype, shapes: shapesOf(src, dst), bytes: bytesOf(src, dst)},
 		func(b backend.Backend) { b.Copy(dst.bv(), src.bv()) })
 }
 
@@ -552,13 +552,13 @@ func (t *Tensor) indexSelect(a int, idx *Tensor) *Tensor {
 	shape := slices.Clone(t.shape)
 	shape[a] = idx.shape[0]
 	out := newTensor(t.dev, t.dtype, shape)
-	launch(t.dev, kcall{name: "index_select", dt: t.dtype, shapes: shapesOf(src, idx, out), bytes: bytesOf(idx, out, out)},
+	launch(t.dev, kcall{in: tensors(src, idx), out: tensors(out), name: "index_select", dt: t.dtype, shapes: shapesOf(src, idx, out), bytes: bytesOf(idx, out, out)},
 		func(b backend.Backend) { b.IndexSelect(out.bv(), src.bv(), idx.bv(), a) })
 	in := shapeOf(t.shape)
 	return record(out, "index_select", []*Tensor{src, nil}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
 		dx := newTensor(g.dev, g.dtype, in)
-		launch(g.dev, kcall{name: "index_add", dt: g.dtype, shapes: shapesOf(g, idx, dx), bytes: bytesOf(g, idx, dx)},
+		launch(g.dev, kcall{in: tensors(g, idx), out: tensors(dx), name: "index_add", dt: g.dtype, shapes: shapesOf(g, idx, dx), bytes: bytesOf(g, idx, dx)},
 			func(b backend.Backend) { b.IndexAdd(dx.bv(), g.bv(), idx.bv(), a) })
 		return []*Tensor{dx, nil}
 	})
@@ -582,13 +582,13 @@ func (t *Tensor) Gather(axis int, idx *Tensor) *Tensor {
 	src := t.Contiguous()
 	idx = idx.Contiguous()
 	out := newTensor(t.dev, t.dtype, idx.shape)
-	launch(t.dev, kcall{name: "gather", dt: t.dtype, shapes: shapesOf(src, idx, out), bytes: bytesOf(idx, out, out)},
+	launch(t.dev, kcall{in: tensors(src, idx), out: tensors(out), name: "gather", dt: t.dtype, shapes: shapesOf(src, idx, out), bytes: bytesOf(idx, out, out)},
 		func(b backend.Backend) { b.Gather(out.bv(), src.bv(), idx.bv(), a) })
 	in := shapeOf(t.shape)
 	return record(out, "gather", []*Tensor{src, nil}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
 		dx := newTensor(g.dev, g.dtype, in)
-		launch(g.dev, kcall{name: "scatter_add", dt: g.dtype, shapes: shapesOf(g, idx, dx), bytes: bytesOf(g, idx, dx)},
+		launch(g.dev, kcall{in: tensors(g, idx), out: tensors(dx), name: "scatter_add", dt: g.dtype, shapes: shapesOf(g, idx, dx), bytes: bytesOf(g, idx, dx)},
 			func(b backend.Backend) { b.ScatterAdd(dx.bv(), g.bv(), idx.bv(), a) })
 		return []*Tensor{dx, nil}
 	})

@@ -36,12 +36,12 @@ func (t *Tensor) softmax(op string, axis int, log bool) *Tensor {
 	}
 	x, _, _ := lastAxisRows(t)
 	y := newTensor(t.dev, t.dtype, t.shape)
-	launch(t.dev, kcall{name: op, dt: t.dtype, shapes: shapesOf(x, y), bytes: bytesOf(x, y), flops: 4 * int64(x.Numel())},
+	launch(t.dev, kcall{in: tensors(x), out: tensors(y), name: op, dt: t.dtype, shapes: shapesOf(x, y), bytes: bytesOf(x, y), flops: 4 * int64(x.Numel())},
 		func(b backend.Backend) { b.Softmax(y.bv(), x.bv(), log) })
 	return record(y, op, []*Tensor{x}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
 		dx := newTensor(g.dev, g.dtype, g.shape)
-		launch(g.dev, kcall{name: op + ".backward", dt: g.dtype, shapes: shapesOf(y, g, dx), bytes: bytesOf(y, g, dx), flops: 4 * int64(g.Numel())},
+		launch(g.dev, kcall{in: tensors(y, g), out: tensors(dx), name: op + ".backward", dt: g.dtype, shapes: shapesOf(y, g, dx), bytes: bytesOf(y, g, dx), flops: 4 * int64(g.Numel())},
 			func(b backend.Backend) { b.SoftmaxBackward(dx.bv(), y.bv(), g.bv(), log) })
 		return []*Tensor{dx}
 	})
@@ -173,7 +173,7 @@ func LayerNormAs(dt DType, x, w, b *Tensor, eps float64) *Tensor {
 	y := newTensor(x.dev, dt, x.shape)
 	mean := newTensor(x.dev, st, []int{n})
 	rstd := newTensor(x.dev, st, []int{n})
-	launch(x.dev, kcall{name: op, dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 8 * int64(xr.Numel())},
+	launch(x.dev, kcall{in: tensors(xr, w, b), out: tensors(y, mean, rstd), name: op, dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 8 * int64(xr.Numel())},
 		func(be backend.Backend) {
 			be.LayerNorm(y.bv(), mean.bv(), rstd.bv(), xr.bv(), optView(w), optView(b), eps)
 		})
@@ -187,7 +187,7 @@ func LayerNormAs(dt DType, x, w, b *Tensor, eps float64) *Tensor {
 		if b != nil && b.requiresGrad {
 			db = newTensor(g.dev, b.dtype, b.shape)
 		}
-		launch(g.dev, kcall{name: op + ".backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 10 * int64(g.Numel())},
+		launch(g.dev, kcall{in: tensors(xr, g, w, mean, rstd), out: tensors(dx, dw, db), name: op + ".backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 10 * int64(g.Numel())},
 			func(be backend.Backend) {
 				be.LayerNormBackward(dx.bv(), optView(dw), optView(db), g.bv(), xr.bv(), optView(w), mean.bv(), rstd.bv())
 			})
@@ -217,7 +217,7 @@ func RMSNormAs(dt DType, x, w *Tensor, eps float64) *Tensor {
 	}
 	y := newTensor(x.dev, dt, x.shape)
 	rstd := newTensor(x.dev, st, []int{n})
-	launch(x.dev, kcall{name: op, dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 4 * int64(xr.Numel())},
+	launch(x.dev, kcall{in: tensors(xr, w), out: tensors(y, rstd), name: op, dt: x.dtype, shapes: shapesOf(xr, y), bytes: bytesOf(xr, y), flops: 4 * int64(xr.Numel())},
 		func(be backend.Backend) { be.RMSNorm(y.bv(), rstd.bv(), xr.bv(), optView(w), eps) })
 	return record(y, op, []*Tensor{xr, w}, func(g *Tensor) []*Tensor {
 		g = g.Contiguous()
@@ -226,7 +226,7 @@ func RMSNormAs(dt DType, x, w *Tensor, eps float64) *Tensor {
 		if w != nil && w.requiresGrad {
 			dw = newTensor(g.dev, w.dtype, w.shape)
 		}
-		launch(g.dev, kcall{name: op + ".backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 8 * int64(g.Numel())},
+		launch(g.dev, kcall{in: tensors(xr, g, w, rstd), out: tensors(dx, dw), name: op + ".backward", dt: g.dtype, shapes: shapesOf(xr, g, dx), bytes: bytesOf(xr, g, dx), flops: 8 * int64(g.Numel())},
 			func(be backend.Backend) {
 				be.RMSNormBackward(dx.bv(), optView(dw), g.bv(), xr.bv(), optView(w), rstd.bv())
 			})
@@ -280,7 +280,7 @@ func RoPETheta(x *Tensor, pos0 int, theta float64) *Tensor {
 		if inverse {
 			name = "rope.backward"
 		}
-		launch(src.dev, kcall{name: name, dt: src.dtype, shapes: shapesOf(src, y), bytes: bytesOf(src, y), flops: 6 * int64(src.Numel())},
+		launch(src.dev, kcall{in: tensors(src), out: tensors(y), name: name, dt: src.dtype, shapes: shapesOf(src, y), bytes: bytesOf(src, y), flops: 6 * int64(src.Numel())},
 			func(be backend.Backend) {
 				yv := y.view([]int{n, t, d}, backend.ContiguousStrides([]int{n, t, d}), 0).bv()
 				if !src.IsContiguous() {
@@ -358,14 +358,14 @@ func AttentionScaled(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 	if causal {
 		flops /= 2
 	}
-	launch(q.dev, kcall{name: "attention", dt: q.dtype, shapes: shapesOf(q, k, v, out), bytes: bytesOf(q, k, v, out, lse), flops: flops},
+	launch(q.dev, kcall{in: tensors(q, k, v), out: tensors(out, lse), name: "attention", dt: q.dtype, shapes: shapesOf(q, k, v, out), bytes: bytesOf(q, k, v, out, lse), flops: flops},
 		func(be backend.Backend) { be.Attention(out.bv(), lse.bv(), q.bv(), k.bv(), v.bv(), p) })
 	return record(out, "attention", []*Tensor{q, k, v}, func(g *Tensor) []*Tensor {
 		g = operand(g)
 		dq := newTensor(g.dev, g.dtype, q.shape)
 		dk := newTensor(g.dev, g.dtype, k.shape)
 		dv := newTensor(g.dev, g.dtype, v.shape)
-		launch(g.dev, kcall{name: "attention.backward", dt: g.dtype, shapes: shapesOf(q, k, v, g), bytes: bytesOf(q, k, v, out, lse, g, dq, dk, dv), flops: flops * 5 / 2},
+		launch(g.dev, kcall{in: tensors(q, k, v, out, lse, g), out: tensors(dq, dk, dv), name: "attention.backward", dt: g.dtype, shapes: shapesOf(q, k, v, g), bytes: bytesOf(q, k, v, out, lse, g, dq, dk, dv), flops: flops * 5 / 2},
 			func(be backend.Backend) {
 				be.AttentionBackward(dq.bv(), dk.bv(), dv.bv(), q.bv(), k.bv(), v.bv(), out.bv(), lse.bv(), g.bv(), p)
 			})
@@ -416,7 +416,7 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 	lse := newTensor(x.dev, statDType(x.dtype), []int{n})
 	x2 := x.view([]int{n, vocab}, []int{vocab, 1}, x.offset)
 	tg1 := tg.view([]int{n}, []int{1}, tg.offset)
-	launch(x.dev, kcall{name: "cross_entropy", dt: x.dtype, shapes: shapesOf(x2, tg1), bytes: bytesOf(x2, tg1, rowLoss, lse), flops: 3 * int64(x.Numel())},
+	launch(x.dev, kcall{in: tensors(x2, tg1), out: tensors(rowLoss, lse), name: "cross_entropy", dt: x.dtype, shapes: shapesOf(x2, tg1), bytes: bytesOf(x2, tg1, rowLoss, lse), flops: 3 * int64(x.Numel())},
 		func(be backend.Backend) { be.CrossEntropy(rowLoss.bv(), lse.bv(), x2.bv(), tg1.bv(), ignoreIndex) })
 	var loss *Tensor
 	NoGrad(func() { loss = rowLoss.Sum().MulScalar(1 / float64(count)) })
@@ -426,7 +426,7 @@ func CrossEntropy(logits, targets *Tensor, ignoreIndex int) *Tensor {
 		g = g.Contiguous()
 		dx := newTensor(g.dev, x.dtype, x.shape)
 		dx2 := dx.view([]int{n, vocab}, []int{vocab, 1}, 0)
-		launch(g.dev, kcall{name: "cross_entropy.backward", dt: x.dtype, shapes: shapesOf(x2, tg1, dx2), bytes: bytesOf(x2, tg1, lse, dx2), flops: 3 * int64(x.Numel())},
+		launch(g.dev, kcall{in: tensors(x2, tg1, lse, g), out: tensors(dx2), name: "cross_entropy.backward", dt: x.dtype, shapes: shapesOf(x2, tg1, dx2), bytes: bytesOf(x2, tg1, lse, dx2), flops: 3 * int64(x.Numel())},
 			func(be backend.Backend) {
 				be.CrossEntropyBackward(dx2.bv(), x2.bv(), lse.bv(), tg1.bv(), g.bv(), ignoreIndex, 1/float64(count))
 			})

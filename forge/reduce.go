@@ -51,7 +51,7 @@ func (t *Tensor) reduceRaw(op backend.ReduceOp, axes []int, dt DType) *Tensor {
 		panic(errorf(op.String(), "cannot reduce an empty axis of shape %v", t.shape))
 	}
 	out := newTensor(t.dev, dt, outShape)
-	launch(t.dev, kcall{name: "reduce." + op.String(), dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out), flops: int64(t.Numel())},
+	launch(t.dev, kcall{in: tensors(t), out: tensors(out), name: "reduce." + op.String(), dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out), flops: int64(t.Numel())},
 		func(b backend.Backend) { b.Reduce(op, out.bv(), src.bv(), len(axes)) })
 	return out
 }

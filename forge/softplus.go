@@ -15,7 +15,7 @@ func (t *Tensor) Softplus() *Tensor {
 	if t.dev.Supports(backend.KernelSoftplus, t.dtype) {
 		x := t.Contiguous()
 		y = newTensor(x.dev, x.dtype, x.shape)
-		launch(x.dev, kcall{name: "softplus", dt: x.dtype, shapes: shapesOf(x, y), bytes: bytesOf(x, y), flops: 4 * int64(x.Numel())},
+		launch(x.dev, kcall{in: tensors(x), out: tensors(y), name: "softplus", dt: x.dtype, shapes: shapesOf(x, y), bytes: bytesOf(x, y), flops: 4 * int64(x.Numel())},
 			func(be backend.Backend) { be.Softplus(y.bv(), x.bv()) })
 	} else {
 		NoGrad(func() { y = softplusComposed(t) })
@@ -26,7 +26,7 @@ func (t *Tensor) Softplus() *Tensor {
 		}
 		x, gc := t.Contiguous(), g.Contiguous()
 		dx := newTensor(gc.dev, gc.dtype, gc.shape)
-		launch(gc.dev, kcall{name: "softplus.backward", dt: gc.dtype, shapes: shapesOf(x, gc, dx), bytes: bytesOf(x, gc, dx), flops: 4 * int64(gc.Numel())},
+		launch(gc.dev, kcall{in: tensors(x, gc), out: tensors(dx), name: "softplus.backward", dt: gc.dtype, shapes: shapesOf(x, gc, dx), bytes: bytesOf(x, gc, dx), flops: 4 * int64(gc.Numel())},
 			func(be backend.Backend) { be.SoftplusBackward(dx.bv(), x.bv(), gc.bv()) })
 		return []*Tensor{dx}
 	})

@@ -407,3 +407,18 @@ func checkBytesType(top, t reflect.Type) {
 	}
 	panic(fmt.Sprintf("metal: bytesArg(%v): %v is not a fixed-size MSL type (use int32/uint32/float32)", top, t))
 }
+
+// CompileLibrary compiles one kernel source file now, through a driver
+// that compiles files one by one (driver.LibraryCompiler: the GPU's), and
+// returns the language it compiled as. ok is false for a driver that
+// compiled every file when it opened (the emulator).
+func (b *Backend) CompileLibrary(file string) (language string, ok bool, err error) {
+	lc, ok := b.drv.(driver.LibraryCompiler)
+	if !ok {
+		return "", false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	language, err = lc.CompileLibrary(file)
+	return language, true, err
+}

@@ -501,6 +501,22 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 	return lib, nil
 }
 
+// CompileLibrary implements driver.LibraryCompiler: it compiles file's
+// library as Pipeline would on first use (MSL 4.0 for a tensor-op file on
+// a Metal 4 GPU, else MSL 3.1).
+func (d *metalDriver) CompileLibrary(file string) (string, error) {
+	src, ok := d.sources[file]
+	if !ok {
+		return "", fmt.Errorf("metal: no kernel source %q", file)
+	}
+	lang := "MSL " + mslVersionName
+	if driver.UsesTensorOps(src) {
+		lang = "MSL " + msl4VersionName
+	}
+	_, err := d.library(file)
+	return lang, err
+}
+
 // mtlPipeline is a compute pipeline state.
 type mtlPipeline struct {
 	key        driver.PipelineKey

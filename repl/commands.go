@@ -55,6 +55,8 @@ func init() {
 			func(*Session, []string) []string { return []string{"step"} }},
 		{"bench", "<kernel> [sizes…] | step [config] | <go-expr> [--budget 1s]", "time a kernel, a training step or a Go expression, %timeit style",
 			"Kernels: " + kernelNames() + ".", cmdBench, completeBench},
+		{"doctor", "[--out dir] [--short] [--no-timings]", "check the device against the CPU (kernels, conformance, a shadow training step, timings) and write a report",
+			"The report file (markdown) goes to --out (default: the current directory); attach it to a bug report.", cmdDoctor, nil},
 		{"save", "", "write a checkpoint of the run now", "", cmdSave, nil},
 		{"history", "[n] [-i]", "the last n training steps (default 10); -i: the last n inputs of this session", "", cmdHistory, nil},
 		{"set", "[name [value]]", "show the settings, or set one: " + settingNames(), "", cmdSet, completeSettings},

@@ -100,6 +100,9 @@ builtin_stages() {
   add emu-forward "$mk test-metal-emu-forward EMU_PKGS=./forge/forgetest/"
   add emu-reverse "$mk test-metal-emu-reverse"
   add emu-random "$mk test-metal-emu-random EMU_SEED=${EMU_SEED:-$(date +%s)}"
+  # forge doctor end to end on the emulator (its package tests, in go-test,
+  # run it on the cpu and on metal-emu and plant wrong kernel results).
+  add doctor-emu "FORGE_BACKEND=metal-emu $go run ./cmd/forge doctor --short --out artifacts/test >/dev/null"
   # A count, not a duration: with a -fuzztime duration Go 1.26's fuzz
   # coordinator can report "context deadline exceeded" at the deadline on
   # a busy machine, a failure with no failing input (go.dev/issue/75804,

@@ -224,7 +224,7 @@ func GradCheck(t *testing.T, dev *forge.Device) {
 			if f64 {
 				err = forge.Try(func() { checkCase(t, dev, c) })
 			} else {
-				err = forge.Try(func() { checkCase32(t, dev, ref, c, refCases[i]) })
+				err = forge.Try(func() { _ = checkCase32(t, dev, ref, c, refCases[i]) })
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -243,8 +243,9 @@ const gradTol32 = 1e-5
 // checkCase32 is checkCase for a device without float64: the analytic
 // gradient of Σ fn(x)·R in float32 on dev, the central differences of the
 // same function in float64 on ref (the cpu device), at inputs and R
-// rounded to float32 so that both see the same point.
-func checkCase32(t testing.TB, dev, ref *forge.Device, c, rc gradCase) {
+// rounded to float32 so that both see the same point. It returns the
+// worst normalised difference.
+func checkCase32(t testing.TB, dev, ref *forge.Device, c, rc gradCase) float64 {
 	gen := forge.NewGenerator(uint64(len(c.name))*7919 + 1)
 	xs := make([]*forge.Tensor, len(c.shapes))
 	host := make([][]float64, len(c.shapes))
@@ -282,6 +283,7 @@ func checkCase32(t testing.TB, dev, ref *forge.Device, c, rc gradCase) {
 	}
 	worst := compareCentral(t, xs, c.shapes, host, eval, gradTol32, "analytic (float32)")
 	t.Logf("%s maxdiff %.2e (float32 analytic)", fmt.Sprint(c.shapes), worst)
+	return worst
 }
 
 // checkCase compares the analytic gradient of Σ fn(x)·R with central

@@ -34,6 +34,10 @@ var (
 		// packages may use it (train.BenchStep does), never the reverse.
 		{pkgs: []string{"forge/profile"}, forbid: append([]string{"forge/nn", "forge/gpt", "forge/optim", "forge/train"}, implementations...)},
 		{pkgs: []string{"cli", "repl", "notebook"}, forbid: []string{"forge/backend", "forge/cpu", "metal", "metal/*", "kernels"}},
+		// forge doctor checks a device through its backend (kernel
+		// compiles, the GPU family) and the whole stack above it; the
+		// front ends call it, never the reverse.
+		{pkgs: []string{"forge/doctor"}, forbid: []string{"cli", "repl", "notebook"}},
 	}
 )
 

@@ -223,3 +223,16 @@ type WorkingSet interface {
 	// RecommendedWorkingSet is the device's budget in bytes, 0 if unknown.
 	RecommendedWorkingSet() int64
 }
+
+// LibraryCompiler is implemented by drivers that compile each kernel
+// source file into a library of its own on first use (the GPU's: one
+// MTLLibrary per file), so that a check can compile every file up front
+// and time each one (forge doctor). A driver that compiles every file when
+// it opens (the emulator) does not implement it.
+type LibraryCompiler interface {
+	// CompileLibrary compiles the source file (a name of the sources the
+	// driver opened with, e.g. "rope.metal") unless it is compiled
+	// already, and returns the language it compiled it as ("MSL 3.1"). A
+	// compile error names the file and line.
+	CompileLibrary(file string) (language string, err error)
+}
