@@ -84,6 +84,7 @@ type Backend struct {
 	stream    stream
 	pipes     map[string]pipeEntry // by PipelineKey.String()
 	fastPipes map[fastKey]pipeEntry
+	compile   compileState // compiling ahead and the pipeline cache
 
 	// rel receives buffers whose Buffer became unreachable (GC cleanups run
 	// on their own goroutine and must never wait for mu).
@@ -105,6 +106,7 @@ func New(drv driver.Driver) *Backend {
 	b.BackendName = drv.Name()
 	b.pool.init(drv)
 	b.stream.init()
+	b.compile.init(nil)
 	return b
 }
 
