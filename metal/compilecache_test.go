@@ -119,6 +119,28 @@ func TestPipelineCacheCorruptFile(t *testing.T) {
 	}
 }
 
+// A corrupt archive is said once, even when the process that found it
+// stops before saving another.
+func TestPipelineCacheCorruptFileSaidOnce(t *testing.T) {
+	dir := t.TempDir()
+	id := "Apple M2, macOS 14.6 (23G80)"
+	_, b1, _ := cacheProcess(t, dir, cacheSources, id)
+	path, _, _ := b1.ArchiveStats()
+	if err := os.WriteFile(path, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 0} {
+		d := newArchFake(id)
+		b := New(d)
+		var log bytes.Buffer
+		b.compile.sources, b.compile.dir, b.compile.log = cacheSources, dir, &log
+		b.pipelineFor(cacheKeys[0]) // no Sync: nothing saved
+		if n := strings.Count(log.String(), "\n"); n != want {
+			t.Fatalf("process %d: %d lines %q, want %d", i+2, n, log.String(), want)
+		}
+	}
+}
+
 func TestPipelineCacheOff(t *testing.T) {
 	t.Setenv("FORGE_METAL_CACHE", "off")
 	d := newArchFake("x")
@@ -172,5 +194,38 @@ func TestCompileAheadProgress(t *testing.T) {
 		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
 			t.Errorf("%v a library: reports\n%s\nwant\n%s", c.perLib, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
 		}
+	}
+}
+
+// Two processes that save the same archive leave one whole file (the last
+// save's); a third process loads it without a word and compiles only what
+// that save lacked.
+func TestPipelineCacheConcurrentSaves(t *testing.T) {
+	dir := t.TempDir()
+	id := "Apple M1, macOS 14.0 (23A344)"
+	open := func() (*archFake, *Backend) {
+		d := newArchFake(id)
+		b := New(d)
+		b.compile.sources, b.compile.dir = cacheSources, dir
+		return d, b
+	}
+	_, a := open()
+	_, b := open()
+	a.pipelineFor(cacheKeys[0]) // both open the (absent) archive first
+	b.pipelineFor(cacheKeys[1])
+	a.pipelineFor(cacheKeys[2])
+	a.Sync() // a saves keys 0 and 2
+	b.Sync() // b replaces it with key 1
+	var log bytes.Buffer
+	d3, c := open()
+	c.compile.log = &log
+	for _, k := range cacheKeys {
+		c.pipelineFor(k)
+	}
+	if _, hits, added := c.ArchiveStats(); log.Len() != 0 || hits != 1 || added != 2 || d3.compiled() != 2 {
+		t.Fatalf("third process: %d hits, %d added, %d compiles, log %q; want 1, 2, 2 and no log", hits, added, d3.compiled(), log.String())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("cache dir holds %d files, want the archive only", len(ents))
 	}
 }
