@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/forgeml/forge/forge/backend"
@@ -109,7 +110,7 @@ func (b *Backend) prepareLocked() {
 	}
 	c.prepared = true
 	if lc, ok := b.drv.(driver.LibraryCompiler); ok {
-		r := progressReporter{device: b.drv.Name(), now: c.now, report: backend.ReportCompile}
+		r := progressReporter{device: b.drv.Name(), now: c.now, report: backend.ReportCompile, tick: time.Second}
 		r.start()
 		lc.CompileLibraries(r.progress)
 		r.finish()
@@ -187,33 +188,71 @@ func (b *Backend) ArchiveStats() (path string, hits, added int) {
 
 // progressReporter turns a driver's per-library progress into
 // CompileProgress reports: none until compiling has run
-// backend.CompileProgressAfter, then one per library and a last one with
-// Finished set.
+// backend.CompileProgressAfter, then one per library and one a second
+// while a library takes longer (a ticker: a slow library does not leave
+// the front end silent), and a last one with Finished set.
 type progressReporter struct {
-	device      string
-	now         func() time.Time
-	report      func(backend.CompileProgress)
+	device string
+	now    func() time.Time
+	report func(backend.CompileProgress)
+	tick   time.Duration // the ticker's period (0: none)
+
+	mu          sync.Mutex // the ticker reports too
 	t0          time.Time
 	done, total int
 	said        bool
+	stop        chan struct{}
+	stopped     sync.WaitGroup
 }
 
-func (r *progressReporter) start() { r.t0 = r.now() }
-
-func (r *progressReporter) progress(done, total int) {
-	r.done, r.total = done, total
-	el := r.now().Sub(r.t0)
-	if el < backend.CompileProgressAfter {
+func (r *progressReporter) start() {
+	r.t0 = r.now()
+	if r.tick <= 0 {
 		return
 	}
-	r.said = true
-	r.report(backend.CompileProgress{Device: r.device, Done: done, Total: total, Elapsed: el})
+	r.stop = make(chan struct{})
+	r.stopped.Add(1)
+	go func() {
+		defer r.stopped.Done()
+		t := time.NewTicker(r.tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+				r.mu.Lock()
+				r.sayLocked(false)
+				r.mu.Unlock()
+			}
+		}
+	}()
+}
+
+func (r *progressReporter) progress(done, total int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.done, r.total = done, total
+	r.sayLocked(false)
 }
 
 func (r *progressReporter) finish() {
+	if r.stop != nil {
+		close(r.stop)
+		r.stopped.Wait()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sayLocked(true)
+}
+
+// sayLocked reports the state if compiling has run long enough (a last
+// report only if an earlier one was made or it has).
+func (r *progressReporter) sayLocked(finished bool) {
 	el := r.now().Sub(r.t0)
-	if !r.said && el < backend.CompileProgressAfter {
+	if el < backend.CompileProgressAfter && !(finished && r.said) {
 		return
 	}
-	r.report(backend.CompileProgress{Device: r.device, Done: r.done, Total: r.total, Elapsed: el, Finished: true})
+	r.said = true
+	r.report(backend.CompileProgress{Device: r.device, Done: r.done, Total: r.total, Elapsed: el, Finished: finished})
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,5 +228,40 @@ func TestPipelineCacheConcurrentSaves(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("cache dir holds %d files, want the archive only", len(ents))
+	}
+}
+
+// A library that takes long is not silent: the ticker reports while no
+// library completes.
+func TestCompileProgressTicks(t *testing.T) {
+	clock := time.Unix(0, 0)
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	first := make(chan backend.CompileProgress, 1)
+	var reports []backend.CompileProgress
+	r := progressReporter{device: "fake", now: now, tick: time.Millisecond, report: func(p backend.CompileProgress) {
+		reports = append(reports, p)
+		select {
+		case first <- p:
+		default:
+		}
+	}}
+	r.start()
+	r.progress(0, 3)
+	mu.Lock()
+	clock = clock.Add(1500 * time.Millisecond) // the first library is slow
+	mu.Unlock()
+	select {
+	case p := <-first:
+		if p.Done != 0 || p.Total != 3 || p.Finished || p.String() != "compiling fake kernels: 0/3 libraries, 1.5 s" {
+			t.Fatalf("ticker report %+v (%s)", p, p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report while a library compiled for 1.5 s")
+	}
+	r.progress(3, 3)
+	r.finish()
+	if last := reports[len(reports)-1]; !last.Finished || last.String() != "compiled fake kernels: 3 libraries in 1.5 s" {
+		t.Fatalf("last report %s", last)
 	}
 }
