@@ -15,10 +15,12 @@ package metal
 // kernels, another GPU or an OS update look for another file, and never
 // reuse code compiled for something else. An archive that does not load
 // is said in one line, removed and rebuilt. The archive is saved, when it
-// gained pipelines, at each Sync (the end of a training step reads its
-// loss) and at Close, by writing a temporary file beside it and renaming
+// gained pipelines, whenever the backend waits for all its work (Sync,
+// and a host read of the loss at the end of each training step), by
+// writing a temporary file beside it and renaming
 // it over the old one, so that processes saving at once replace the file
-// whole and a reader never sees half of one.
+// whole and a reader never sees half of one. Archives of other keys that
+// no process has used for 30 days are removed.
 //
 // FORGE_METAL_CACHE sets the directory (default: os.UserCacheDir()/forge/metal);
 // "off" keeps no archive.
@@ -137,6 +139,27 @@ func (b *Backend) openArchiveLocked(pa driver.PipelineArchive) {
 	}
 	c.arch, c.path = pa, path
 	_, c.savedAdded = pa.ArchiveCounts()
+	if load != "" {
+		t := c.now()
+		os.Chtimes(path, t, t) // in use: pruning goes by last use
+	}
+	pruneArchives(c.dir, path, c.now())
+}
+
+// archiveMaxAge is how long an archive no process has used is kept: an
+// archive of older kernels, an earlier OS or another GPU is not used
+// again, and pruning keeps the directory from growing with each.
+const archiveMaxAge = 30 * 24 * time.Hour
+
+// pruneArchives removes the archives in dir other than keep that were
+// last used (loaded or written) before now − archiveMaxAge.
+func pruneArchives(dir, keep string, now time.Time) {
+	old, _ := filepath.Glob(filepath.Join(dir, "pipelines-*.metalarchive"))
+	for _, f := range old {
+		if st, err := os.Stat(f); err == nil && f != keep && now.Sub(st.ModTime()) > archiveMaxAge {
+			os.Remove(f)
+		}
+	}
 }
 
 // saveArchiveLocked writes the archive if it gained pipelines since it was
@@ -157,6 +180,7 @@ func (b *Backend) saveArchiveLocked() {
 		if f, err = os.CreateTemp(c.dir, ".pipelines-*.tmp"); err == nil {
 			tmp = f.Name()
 			f.Close()
+			os.Remove(tmp) // the name is ours; the driver creates the file
 			if err = c.arch.SaveArchive(tmp); err == nil {
 				err = os.Rename(tmp, c.path)
 			}

@@ -265,3 +265,39 @@ func TestCompileProgressTicks(t *testing.T) {
 		t.Fatalf("last report %s", last)
 	}
 }
+
+// Archives of other keys are removed once nothing has saved them for
+// archiveMaxAge; the current one and recent ones stay.
+func TestPipelineCachePrunesOldArchives(t *testing.T) {
+	dir := t.TempDir()
+	id := "Apple M3, macOS 15.0 (24A335)"
+	stale := filepath.Join(dir, "pipelines-0123456789abcdef01234567.metalarchive")
+	recent := filepath.Join(dir, "pipelines-fedcba9876543210fedcba98.metalarchive")
+	other := filepath.Join(dir, "notes.txt")
+	for _, f := range []string{stale, recent, other} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-archiveMaxAge - time.Hour)
+	for _, f := range []string{stale, other} {
+		if err := os.Chtimes(f, long, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, b, _ := cacheProcess(t, dir, cacheSources, id)
+	cur, _, _ := b.ArchiveStats()
+	// An archive only read from still counts as used.
+	if err := os.Chtimes(cur, long, long); err != nil {
+		t.Fatal(err)
+	}
+	cacheProcess(t, dir, cacheSources, id)
+	if st, err := os.Stat(cur); err != nil || time.Since(st.ModTime()) > time.Hour {
+		t.Fatalf("the archive a process loaded was not marked used: %v", err)
+	}
+	for f, want := range map[string]bool{stale: false, recent: true, other: true, cur: true} {
+		if _, err := os.Stat(f); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(f), err == nil, want)
+		}
+	}
+}
