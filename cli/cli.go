@@ -16,6 +16,7 @@ import (
 
 	// The devices --device and FORGE_BACKEND can name besides cpu: metal (macOS on
 	// Apple silicon) and metal-emu (the Metal kernels on the CPU).
+	"github.com/forgeml/forge/forge"
 	_ "github.com/forgeml/forge/forge/backends" // cpu and metal
 )
 
@@ -83,6 +84,7 @@ func run(e *env, args []string) int {
 	}
 	for _, c := range commands {
 		if c.name == name {
+			defer forge.OnCompile(forge.OnCompile(compileNotice(e.stderr)))
 			err := c.run(e, args)
 			switch {
 			case err == nil:
@@ -100,6 +102,12 @@ func run(e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stderr, "forge: unknown command %q; run 'forge help' for the list\n", name)
 	return 2
+}
+
+// compileNotice prints a device's kernel-compile reports (those of a
+// compile that takes over a second) on w, one line each.
+func compileNotice(w io.Writer) func(forge.CompileProgress) {
+	return func(p forge.CompileProgress) { fmt.Fprintln(w, p) }
 }
 
 // oneLine keeps an error on one line.

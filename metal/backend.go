@@ -46,6 +46,20 @@
 // becomes unreachable, by a GC cleanup; its memory is handed out again only
 // after every command buffer that used it has completed.
 //
+// # Compiling
+//
+// Before its first pipeline the backend asks the driver to compile every
+// kernel library at once (driver.LibraryPrecompiler: the Metal driver runs
+// them in parallel; the emulator has compiled its one program at Open)
+// and reports progress through backend.ReportCompile (forge.OnCompile)
+// once that has taken over a second. Compiled pipelines are kept across
+// processes in a pipeline archive (driver.PipelineArchive: an
+// MTLBinaryArchive) under the user cache directory, named by the hash of
+// the kernel sources and the driver's GPU, OS and compile options
+// (compilecache.go). The archive and the parallel compile are checked by
+// cross-compilation and by the recording driver only: neither has run on
+// Apple hardware.
+//
 // # Environment
 //
 //   - FORGE_METAL_POOL_MB: the pool's soft budget of device memory
@@ -55,6 +69,8 @@
 //     what they did not write.
 //   - FORGE_METAL_MATH: the math mode kernels compile with on the GPU
 //     (relaxed, safe or fast; driver_darwin.go).
+//   - FORGE_METAL_CACHE: the pipeline archive's directory (default
+//     os.UserCacheDir()/forge/metal), or "off" for none.
 package metal
 
 import (
@@ -84,6 +100,7 @@ type Backend struct {
 	stream    stream
 	pipes     map[string]pipeEntry // by PipelineKey.String()
 	fastPipes map[fastKey]pipeEntry
+	compile   compileState // compiling ahead and the pipeline cache
 
 	// rel receives buffers whose Buffer became unreachable (GC cleanups run
 	// on their own goroutine and must never wait for mu).
@@ -105,6 +122,7 @@ func New(drv driver.Driver) *Backend {
 	b.BackendName = drv.Name()
 	b.pool.init(drv)
 	b.stream.init()
+	b.compile.init(nil)
 	return b
 }
 

@@ -256,6 +256,9 @@ type metalDriver struct {
 	libErrs map[string]error
 	pipes   []*mtlPipeline
 
+	archive             objc.ID // the open MTLBinaryArchive (archive_darwin.go), or 0
+	archHits, archAdded int
+
 	famOnce         sync.Once
 	metal4, apple10 bool // the GPU families of the tensor ops (and macOS 26)
 }
@@ -356,6 +359,7 @@ func (d *metalDriver) Close() error {
 		p.pso = 0 // Encode refuses a pipeline of a closed driver
 	}
 	d.pipes = nil
+	d.closeArchive()
 	for f, l := range d.libs {
 		msg(l, sel.release)
 		delete(d.libs, f)
@@ -441,8 +445,7 @@ func (d *metalDriver) TensorOps() driver.TensorOpsLevel {
 }
 
 // library returns the compiled library of a source file, compiling it on
-// first use: as MSL 4.0 if it uses tensor ops (on a device that runs
-// them), else as MSL 3.1.
+// first use (see compileLibrary).
 func (d *metalDriver) library(file string) (objc.ID, error) {
 	if l, ok := d.libs[file]; ok {
 		return l, nil
@@ -450,17 +453,36 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 	if err, ok := d.libErrs[file]; ok {
 		return 0, err
 	}
+	lib, note, err := d.compileLibrary(file)
+	d.keepLibrary(file, lib, note, err)
+	return lib, err
+}
+
+// keepLibrary records the outcome of compileLibrary.
+func (d *metalDriver) keepLibrary(file string, lib objc.ID, note string, err error) {
+	if note != "" {
+		d.math.name = note
+	}
+	if err != nil {
+		d.libErrs[file] = err
+		return
+	}
+	d.libs[file] = lib
+}
+
+// compileLibrary compiles a source file's library: as MSL 4.0 if it uses
+// tensor ops (on a device that runs them), else as MSL 3.1. It changes
+// nothing in d (CompileLibraries runs several at once; MTLDevice's
+// methods may be called from any thread); note is the math mode's name
+// when the OS cannot give the one asked for ("" otherwise).
+func (d *metalDriver) compileLibrary(file string) (lib objc.ID, note string, err error) {
 	version, versionName := uintptr(mslVersion), mslVersionName
 	if driver.UsesTensorOps(d.sources[file]) {
 		if metal4, _ := d.tensorFamilies(); !metal4 {
-			err := fmt.Errorf("metal: %s uses Metal 4 tensor ops, which %s does not run (macOS 26 and a Metal 4 GPU needed)", file, d.name)
-			d.libErrs[file] = err
-			return 0, err
+			return 0, "", fmt.Errorf("metal: %s uses Metal 4 tensor ops, which %s does not run (macOS 26 and a Metal 4 GPU needed)", file, d.name)
 		}
 		version, versionName = msl4Version, msl4VersionName
 	}
-	var lib objc.ID
-	var err error
 	withPool(func() {
 		opts := msgID(msgID(objc.ID(objc.GetClass("MTLCompileOptions")), sel.alloc), sel.init)
 		defer msg(opts, sel.release)
@@ -479,7 +501,7 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 			if d.math.mode == 2 {
 				fast = 1
 			} else if d.math.mode == 1 {
-				d.math.name = "safe (no relaxed mode before macOS 15)"
+				note = "safe (no relaxed mode before macOS 15)"
 			}
 			msg(opts, sel.setFastMath, fast)
 		}
@@ -493,12 +515,49 @@ func (d *metalDriver) library(file string) (objc.ID, error) {
 				strings.ReplaceAll(nsError(*errp), "program_source", file))
 		}
 	})
-	if err != nil {
-		d.libErrs[file] = err
-		return 0, err
+	return lib, note, err
+}
+
+// CompileLibraries implements driver.LibraryPrecompiler: it compiles every
+// library not compiled yet, except the tensor-op files (they compile when
+// a product first uses them), on up to GOMAXPROCS threads at once.
+func (d *metalDriver) CompileLibraries(progress func(done, total int)) {
+	var files []string
+	for f, src := range d.sources {
+		_, ok := d.libs[f]
+		_, failed := d.libErrs[f]
+		if !ok && !failed && !driver.UsesTensorOps(src) {
+			files = append(files, f)
+		}
 	}
-	d.libs[file] = lib
-	return lib, nil
+	sort.Strings(files)
+	type result struct {
+		file, note string
+		lib        objc.ID
+		err        error
+	}
+	work := make(chan string)
+	results := make(chan result)
+	workers := min(len(files), max(2, runtime.GOMAXPROCS(0)))
+	for range workers {
+		go func() {
+			for f := range work {
+				lib, note, err := d.compileLibrary(f)
+				results <- result{f, note, lib, err}
+			}
+		}()
+	}
+	go func() {
+		for _, f := range files {
+			work <- f
+		}
+		close(work)
+	}()
+	for i := range files {
+		r := <-results
+		d.keepLibrary(r.file, r.lib, r.note, r.err)
+		progress(i+1, len(files))
+	}
 }
 
 // CompileLibrary implements driver.LibraryCompiler: it compiles file's
@@ -577,12 +636,21 @@ func (d *metalDriver) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) 
 			return
 		}
 		defer msg(fn, sel.release)
-		*errp = 0
-		pso := msgID(d.dev, sel.newPipeline, uintptr(fn), uintptr(unsafe.Pointer(errp)))
-		runtime.KeepAlive(errp)
-		if pso == 0 {
-			err = fmt.Errorf("metal: %s (%s): pipeline: %s", key, file, nsError(*errp))
-			return
+		var pso objc.ID
+		if d.archive != 0 {
+			var perr error
+			if pso, perr = d.archivedPipeline(fn); perr != nil {
+				err = fmt.Errorf("metal: %s (%s): pipeline: %v", key, file, perr)
+				return
+			}
+		} else {
+			*errp = 0
+			pso = msgID(d.dev, sel.newPipeline, uintptr(fn), uintptr(unsafe.Pointer(errp)))
+			runtime.KeepAlive(errp)
+			if pso == 0 {
+				err = fmt.Errorf("metal: %s (%s): pipeline: %s", key, file, nsError(*errp))
+				return
+			}
 		}
 		p = &mtlPipeline{key: key, pso: pso,
 			maxThreads: int(msg(pso, sel.maxThreads)), simdWidth: int(msg(pso, sel.execWidth))}

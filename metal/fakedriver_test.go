@@ -9,6 +9,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -227,4 +230,120 @@ func (d *fakeDriver) counts() (committed, waits, dispatches int) {
 func (d *fakeDriver) String() string {
 	c, w, n := d.counts()
 	return fmt.Sprintf("fake: %d command buffers committed, %d waits, %d dispatches", c, w, n)
+}
+
+// archFake is the recording driver with a pipeline archive
+// (driver.PipelineArchive) and ahead-of-time library compiles
+// (driver.LibraryPrecompiler). Its archive file is a text file: a magic line,
+// the identity, then one pipeline key a line. Pipeline counts a compile
+// (fakeDriver.compiles) only for a key the open archive lacks.
+type archFake struct {
+	*fakeDriver
+	identity string
+	libFiles int           // libraries CompileLibraries compiles
+	libTime  time.Duration // the clock advance per library (see tick)
+	tick     func(time.Duration)
+
+	arch        map[string]bool // the open archive's keys; nil: none open
+	hits, added int
+	opened      []string // OpenArchive paths
+	saved       []string // SaveArchive paths
+	libCompiles int
+}
+
+const fakeArchiveMagic = "forge fake pipeline archive"
+
+func newArchFake(identity string) *archFake {
+	return &archFake{fakeDriver: newFakeDriver(), identity: identity, libFiles: 13}
+}
+
+func (d *archFake) ArchiveIdentity() string { return d.identity }
+
+func (d *archFake) OpenArchive(path string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.opened = append(d.opened, path)
+	d.arch, d.hits, d.added = nil, 0, 0
+	keys := map[string]bool{}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		if len(lines) < 2 || lines[0] != fakeArchiveMagic {
+			return errors.New("not a pipeline archive")
+		}
+		if lines[1] != d.identity {
+			return fmt.Errorf("archive of %q, not %q", lines[1], d.identity)
+		}
+		for _, k := range lines[2:] {
+			keys[k] = true
+		}
+	}
+	d.arch = keys
+	return nil
+}
+
+func (d *archFake) SaveArchive(path string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.arch == nil {
+		return errors.New("no archive open")
+	}
+	d.saved = append(d.saved, path)
+	keys := make([]string, 0, len(d.arch))
+	for k := range d.arch {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	text := fakeArchiveMagic + "\n" + d.identity + "\n" + strings.Join(keys, "\n") + "\n"
+	return os.WriteFile(path, []byte(text), 0o644)
+}
+
+func (d *archFake) ArchiveCounts() (hits, added int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hits, d.added
+}
+
+func (d *archFake) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) {
+	d.mu.Lock()
+	if d.arch != nil && d.arch[key.String()] {
+		d.hits++
+		d.mu.Unlock()
+		return fakePipe{key}, nil
+	}
+	d.mu.Unlock()
+	p, err := d.fakeDriver.Pipeline(key)
+	if err == nil {
+		d.mu.Lock()
+		if d.arch != nil {
+			d.arch[key.String()] = true
+			d.added++
+		}
+		d.mu.Unlock()
+	}
+	return p, err
+}
+
+func (d *archFake) CompileLibraries(progress func(done, total int)) {
+	for i := range d.libFiles {
+		d.libCompiles++
+		if d.tick != nil {
+			d.tick(d.libTime)
+		}
+		progress(i+1, d.libFiles)
+	}
+}
+
+// compiled is the total of Pipeline compiles.
+func (d *fakeDriver) compiled() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.compiles {
+		n += c
+	}
+	return n
 }

@@ -58,6 +58,7 @@ func (b *Backend) pipelineFor(key driver.PipelineKey) driver.Pipeline {
 	s := key.String()
 	e, ok := b.pipes[s]
 	if !ok {
+		b.prepareLocked()
 		p, err := b.drv.Pipeline(key)
 		if err == nil && p == nil {
 			err = fmt.Errorf("driver returned no pipeline")

@@ -2,6 +2,7 @@ package metal
 
 import (
 	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/kernels"
 )
 
 // Importing the package registers "metal" (the GPU, through
@@ -13,6 +14,8 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return New(drv), nil
+		b := New(drv)
+		b.compile.sources = kernels.Sources() // the pipeline cache's key
+		return b, nil
 	})
 }

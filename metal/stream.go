@@ -168,17 +168,19 @@ func (b *Backend) waitLocked(upto submitted) {
 }
 
 // syncLocked commits the current command buffer, if any, and waits for
-// every in-flight one.
+// every in-flight one; then it saves the pipeline cache if it gained
+// pipelines (a host read ends each training step, so a process that
+// stops between steps has saved what it compiled).
 func (b *Backend) syncLocked() {
 	s := &b.stream
 	if s.cur != nil {
 		s.commitLocked()
 	}
-	if len(s.inflight) == 0 {
-		return
+	if len(s.inflight) > 0 {
+		s.st.Syncs++
+		b.waitLocked(s.inflight[len(s.inflight)-1])
 	}
-	s.st.Syncs++
-	b.waitLocked(s.inflight[len(s.inflight)-1])
+	b.saveArchiveLocked()
 }
 
 // flushLocked commits the current command buffer without waiting for it.

@@ -236,3 +236,43 @@ type LibraryCompiler interface {
 	// compile error names the file and line.
 	CompileLibrary(file string) (language string, err error)
 }
+
+// LibraryPrecompiler is implemented by drivers that can compile their kernel
+// libraries ahead of the first Pipeline call, several at once (an optional
+// interface: the backend checks for it with a type assertion; a driver
+// without it compiles each library when a kernel of it is first asked
+// for). The backend calls it once, before its first Pipeline call, and
+// holds its lock meanwhile, so the single-goroutine rule of Driver still
+// holds from the caller's side; the driver may use goroutines inside.
+type LibraryPrecompiler interface {
+	// CompileLibraries compiles every library Pipeline would compile on
+	// first use, except those a device cannot run (the tensor-op files on
+	// a GPU without them), calling progress on the calling goroutine after
+	// each with how many are done of how many. A library that fails to
+	// compile is not an error here: Pipeline reports it, with its file and
+	// line, when one of its kernels is asked for.
+	CompileLibraries(progress func(done, total int))
+}
+
+// PipelineArchive is implemented by drivers that can keep compiled
+// pipelines across processes (Metal: an MTLBinaryArchive). The backend
+// decides where the archive lives, when it is opened and saved, and what
+// to do with one that does not load; the driver only opens, fills and
+// writes it.
+type PipelineArchive interface {
+	// ArchiveIdentity names what compiled pipelines depend on besides
+	// the kernel sources: the GPU, the OS version and build, the compile
+	// options. An archive is reused only under the same identity.
+	ArchiveIdentity() string
+	// OpenArchive makes Pipeline look each pipeline up in the archive
+	// file at path first, and add to the archive the ones it has to
+	// compile; path "" starts an empty archive. An error means the file
+	// is unreadable or not a valid archive; the driver then has none.
+	OpenArchive(path string) error
+	// SaveArchive writes the archive, with every pipeline added since it
+	// was opened, to the file path (which it creates or replaces).
+	SaveArchive(path string) error
+	// ArchiveCounts reports how many pipelines Pipeline found in the
+	// archive and how many it compiled and added, since OpenArchive.
+	ArchiveCounts() (hits, added int)
+}
