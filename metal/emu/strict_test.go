@@ -131,3 +131,24 @@ func TestStrictOpen(t *testing.T) {
 		t.Errorf("a struct field named half: %v", err)
 	}
 }
+
+// TestShimNotMSL: the math functions of C and OpenCL that metal_stdlib does
+// not declare do not compile in the emulator (they would not on a Mac),
+// while their MSL neighbours do.
+func TestShimNotMSL(t *testing.T) {
+	testDriver(t) // skips without clang
+	for _, call := range []string{"log1p(v)", "expm1(v)", "erf(v)", "erfc(v)", "pown(v, 2)"} {
+		name := call[:strings.IndexByte(call, '(')]
+		src := "#include <metal_stdlib>\nusing namespace metal;\n" +
+			"kernel void k(device float* x [[buffer(0)]]) {\n    float v = x[0];\n    x[0] = " + call + ";\n}\n"
+		_, err := Open(map[string]string{"m.metal": src}, Options{CacheDir: t.TempDir()})
+		if err == nil || !strings.Contains(err.Error(), "m.metal:5") || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want a compile error at m.metal:5 naming %s", call, err, name)
+		}
+	}
+	src := "#include <metal_stdlib>\nusing namespace metal;\n" +
+		"kernel void k(device float* x [[buffer(0)]]) { float v = x[0]; x[0] = log(v) + exp(v) + powr(v, 2.0f) + rsqrt(v) + exp10(v); }\n"
+	if _, err := Open(map[string]string{"ok.metal": src}, Options{CacheDir: t.TempDir()}); err != nil {
+		t.Errorf("MSL math: %v", err)
+	}
+}
