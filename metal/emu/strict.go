@@ -188,7 +188,7 @@ func strictCheck(file, src string) error {
 	if err := threadgroupInit(toks, fail); err != nil {
 		return err
 	}
-	return nil
+	return explicitSpaces(toks, fns, fail)
 }
 
 func tokAt(toks []token, i int) token {
@@ -490,4 +490,157 @@ func threadgroupInit(toks []token, fail func(token, string, ...any) error) error
 		}
 	}
 	return nil
+}
+
+// addrSpaces is the set of MSL address-space keywords (MSL §4).
+var addrSpaces = map[string]bool{
+	"device": true, "constant": true, "thread": true, "threadgroup": true,
+	"threadgroup_imageblock": true, "ray_data": true, "object_data": true,
+}
+
+// explicitSpaces refuses a pointer or reference without an address space
+// (MSL §4: "pointer type must have explicit address space qualifier", as
+// Apple's compiler says) where the tokens decide it: a parameter of a
+// function definition, a cast `(T*)x` and a local declaration `T* p = …`
+// at the start of a statement. The shim's address spaces are empty
+// macros, so clang took them as plain C++ pointers. A pointee that is a
+// template parameter is left alone (its address space may come with the
+// type argument), as is auto.
+func explicitSpaces(toks []token, fns []function, fail func(token, string, ...any) error) error {
+	tparams := map[string]bool{"auto": true}
+	for i := 0; i+1 < len(toks); i++ {
+		if (toks[i].text == "typename" || toks[i].text == "class") && toks[i+1].kind == tIdent {
+			if p := tokAt(toks, i-1).text; p == "<" || p == "," {
+				tparams[toks[i+1].text] = true
+			}
+		}
+	}
+	// check looks at type tokens ts (up to the * or & at toks[star]).
+	check := func(ts []token, star token, what string) error {
+		for _, t := range ts {
+			if addrSpaces[t.text] || tparams[t.text] {
+				return nil
+			}
+		}
+		kind := "pointer"
+		if star.text == "&" {
+			kind = "reference"
+		}
+		return fail(star, "%s %s has no address space: write device, constant, threadgroup or thread before the type (MSL §4; Apple's compiler refuses it)", kind, what)
+	}
+	// Parameters of function definitions.
+	for _, f := range fns {
+		open := f.nameTok + 1
+		if tokAt(toks, open).text != "(" {
+			continue
+		}
+		close := open
+		for d := 0; close < len(toks); close++ {
+			if toks[close].text == "(" {
+				d++
+			} else if toks[close].text == ")" {
+				d--
+				if d == 0 {
+					break
+				}
+			}
+		}
+		start, angle, paren := open+1, 0, 0
+		for j := open + 1; j <= close; j++ {
+			s := toks[j].text
+			switch {
+			case s == "<":
+				angle++
+			case s == ">" && angle > 0:
+				angle--
+			case s == "(" || s == "[":
+				paren++
+			case (s == ")" || s == "]") && j < close:
+				paren--
+			}
+			if j == close || s == "," && angle == 0 && paren == 0 {
+				param := toks[start:j]
+				start = j + 1
+				if k := pointerAt(param); k >= 0 {
+					if err := check(param[:k], param[k], "parameter"); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	for i := 0; i+2 < len(toks); i++ {
+		// A cast: ( [const] T [<…>] * ) followed by an operand.
+		if toks[i].text == "(" && toks[i+1].kind == tIdent && (!nonTypeWords[toks[i+1].text] || toks[i+1].text == "const") {
+			j := i + 1
+			for j < len(toks) && (toks[j].kind == tIdent || toks[j].text == ":") {
+				j++
+			}
+			if j < len(toks) && toks[j].text == "<" {
+				j = skipAngle(toks, j) + 1
+			}
+			if j+1 < len(toks) && (toks[j].text == "*" || toks[j].text == "&") && toks[j+1].text == ")" && j > i+1 &&
+				toks[i+1].text != "sizeof" {
+				n := tokAt(toks, j+2)
+				if n.kind == tIdent || n.kind == tNumber || n.text == "(" || n.text == "&" {
+					if err := check(toks[i+1:j], toks[j], "in a cast"); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		// A local declaration at the start of a statement: T* p = …; / T* p;
+		if p := tokAt(toks, i-1).text; (p == ";" || p == "{" || p == "}") && toks[i].kind == tIdent &&
+			(!nonTypeWords[toks[i].text] && !stmtWords[toks[i].text] || toks[i].text == "const") {
+			j := i
+			for j < len(toks) && (toks[j].kind == tIdent || toks[j].text == ":") && !stmtWords[toks[j].text] {
+				j++
+			}
+			if j < len(toks) && toks[j].text == "<" {
+				j = skipAngle(toks, j) + 1
+			}
+			if j+2 < len(toks) && j > i && (toks[j].text == "*" || toks[j].text == "&") && toks[j+1].kind == tIdent {
+				switch toks[j+2].text {
+				case "=", ";", "[":
+					if err := check(toks[i:j], toks[j], "variable"); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stmtWords begin statements that are not declarations.
+var stmtWords = map[string]bool{
+	"if": true, "for": true, "while": true, "switch": true, "return": true, "break": true,
+	"continue": true, "using": true, "typedef": true, "struct": true, "class": true, "enum": true,
+	"namespace": true, "template": true, "static_assert": true, "else": true, "do": true, "case": true,
+	"default": true, "public": true, "private": true, "protected": true,
+}
+
+// pointerAt returns the index of the first `*` or `&` of a parameter's
+// tokens outside angle brackets (a pointer or reference), or −1; `&&` and
+// a default argument after `=` do not count.
+func pointerAt(param []token) int {
+	angle := 0
+	for k, t := range param {
+		switch t.text {
+		case "<":
+			angle++
+		case ">":
+			angle--
+		case "=", "[":
+			return -1
+		case "*", "&":
+			if angle == 0 {
+				if t.text == "&" && k+1 < len(param) && param[k+1].text == "&" {
+					return -1
+				}
+				return k
+			}
+		}
+	}
+	return -1
 }

@@ -49,6 +49,10 @@ func TestStrictRefuses(t *testing.T) {
 		{"thread_local", "thread_local int n;", "t.metal:1", "MSL has no thread_local"},
 		{"dynamic_cast", "struct A { };\nvoid f(thread A* a) { dynamic_cast<thread A*>(a); }", "t.metal:2", "run-time type information"},
 		{"typeid", "void f() { typeid(int); }", "t.metal:1", "run-time type information"},
+		{"pointer parameter", "float f(float* p) { return p[0]; }", "t.metal:1", "pointer parameter has no address space"},
+		{"reference parameter", "void f(int n,\n       float& c) { c = 1; }", "t.metal:2", "reference parameter has no address space"},
+		{"pointer cast", "void f(device float* p) {\n  device uint* q = (uint*)p;\n}", "t.metal:2", "pointer in a cast has no address space"},
+		{"pointer variable", "void f(device float* p) {\n  const float* q = p;\n}", "t.metal:2", "pointer variable has no address space"},
 		{"threadgroup initializer", "kernel void k(uint i [[thread_position_in_grid]]) {\n  threadgroup float s[4] = {0, 0, 0, 0};\n}", "t.metal:2", "a threadgroup variable cannot have an initializer"},
 	}
 	for _, c := range cases {
@@ -83,6 +87,10 @@ func TestStrictAccepts(t *testing.T) {
 		"simdgroup_matrix<half, 8, 8> m; vec<float, 4> v; matrix<float, 2, 2> w;",
 		"float f(float a, float b) { return a * float(b) + (a > b ? half(a) : half(b)); }",
 		"void f() { for (uint i = 0; i < 4; i++) { } }",
+		"void f(thread float& c, device const float* p, threadgroup float* t) { const device float* q = p; thread float* r = &c; device uint* u = (device uint*)p; }",
+		"template <typename T> void f(T* p) { T* q = p; }",
+		"float f(float a, float b) { float x = a * b; x = x * 2; return x * (a); }",
+		"struct S { float v; float get() const { return v; } };",
 	} {
 		if err := strictCheck("t.metal", src); err != nil {
 			t.Errorf("%s: refused: %v", src, err)
