@@ -174,6 +174,9 @@ func strictCheck(file, src string) error {
 			}
 			return fail(t, "%s", msg)
 		}
+		if t.text == "double" || t.text == "long" && (tokAt(toks, i+1).text == "long" || tokAt(toks, i+1).text == "double") {
+			return fail(t, "MSL has no double, long double or long long (MSL §2.1): use float, or long (64 bits in MSL)")
+		}
 		if what, ok := mslNames[t.text]; ok && namesSomething(toks, i) {
 			return fail(t, "%q is %s in Metal and cannot name a variable, field, parameter, function or type: rename it (e.g. %s_)", t.text, what, t.text)
 		}

@@ -53,6 +53,8 @@ func TestStrictRefuses(t *testing.T) {
 		{"reference parameter", "void f(int n,\n       float& c) { c = 1; }", "t.metal:2", "reference parameter has no address space"},
 		{"pointer cast", "void f(device float* p) {\n  device uint* q = (uint*)p;\n}", "t.metal:2", "pointer in a cast has no address space"},
 		{"pointer variable", "void f(device float* p) {\n  const float* q = p;\n}", "t.metal:2", "pointer variable has no address space"},
+		{"double", "float f(float x) {\n  double d = x;\n  return d;\n}", "t.metal:2", "MSL has no double"},
+		{"long long", "struct S {\n  long long n;\n};", "t.metal:2", "MSL has no double, long double or long long"},
 		{"threadgroup initializer", "kernel void k(uint i [[thread_position_in_grid]]) {\n  threadgroup float s[4] = {0, 0, 0, 0};\n}", "t.metal:2", "a threadgroup variable cannot have an initializer"},
 	}
 	for _, c := range cases {
