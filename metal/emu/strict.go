@@ -219,9 +219,10 @@ func namesSomething(toks []token, i int) bool {
 		if nonTypeWords[prev.text] {
 			return false
 		}
-		// A type before it: `uint half;`, `float half(float x)`, `uint half : 4;`.
+		// A type before it: `uint half;`, `float half(float x)`, `uint half : 4;`,
+		// `template <int half>`.
 		switch next.text {
-		case ";", "=", "[", ",", ")", "{", ":", "(":
+		case ";", "=", "[", ",", ")", "{", ":", "(", ">":
 			return true
 		}
 	case prev.text == "*" || prev.text == "&" || prev.text == ">" || prev.text == ",":
@@ -344,6 +345,9 @@ func definedName(toks []token, open int) (string, int, bool) {
 	case "if", "for", "while", "switch", "catch", "return", "sizeof", "alignas", "decltype":
 		return "", 0, false
 	}
+	if tokAt(toks, j-1).text == "operator" { // a conversion: operator half() const { … }
+		return "operator " + toks[j].text, j, true
+	}
 	return toks[j].text, j, true
 }
 
@@ -385,8 +389,8 @@ func recursion(toks []token, fns []function, fail func(token, string, ...any) er
 				continue
 			}
 			p := tokAt(toks, i-1)
-			if p.text == "." || p.text == ">" && tokAt(toks, i-2).text == "-" {
-				continue // a member function of another type
+			if p.text == "." || p.text == ">" && tokAt(toks, i-2).text == "-" || p.text == ":" && tokAt(toks, i-2).text == ":" {
+				continue // a member of another type, or a qualified name (metal::exp)
 			}
 			n := tokAt(toks, i+1)
 			if n.text == "<" { // f<T>(…)
@@ -583,7 +587,7 @@ func explicitSpaces(toks []token, fns []function, fail func(token, string, ...an
 				j = skipAngle(toks, j) + 1
 			}
 			if j+1 < len(toks) && (toks[j].text == "*" || toks[j].text == "&") && toks[j+1].text == ")" && j > i+1 &&
-				toks[i+1].text != "sizeof" {
+				tokAt(toks, i-1).text != "sizeof" {
 				n := tokAt(toks, j+2)
 				if n.kind == tIdent || n.kind == tNumber || n.text == "(" || n.text == "&" {
 					if err := check(toks[i+1:j], toks[j], "in a cast"); err != nil {

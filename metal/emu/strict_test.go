@@ -35,6 +35,7 @@ func TestStrictRefuses(t *testing.T) {
 		{"variable texture2d", "void f() { int texture2d; }", "t.metal:1", `"texture2d" is a texture type`},
 		{"bit-field ray_data", "struct S { uint ray_data : 4; };", "t.metal:1", `"ray_data" is an address space`},
 		{"vector template field", "struct S { vec<float, 2> uint2; };", "t.metal:1", `"uint2" is a vector type`},
+		{"template parameter int half", "template <int half> int f(int x) { return x; }", "t.metal:1", `"half" is a scalar type`},
 		{"direct recursion", "uint fact(uint n) {\n    return n < 2 ? 1 : n * fact(n - 1);\n}", "t.metal:2", "fact calls itself: MSL has no recursion"},
 		{"mutual recursion", "uint odd(uint n);\nuint even(uint n) { return n == 0 ? 1 : odd(n - 1); }\nuint odd(uint n) {\n  return n == 0 ? 0 : even(n - 1);\n}", "t.metal:2", "even is recursive (even → odd → even)"},
 		{"template recursion", "template <int N> int g(int x) { return x; }\nint h(int x) {\n  return g<2>(x) + h(x - 1);\n}", "t.metal:3", "h calls itself"},
@@ -93,6 +94,9 @@ func TestStrictAccepts(t *testing.T) {
 		"template <typename T> void f(T* p) { T* q = p; }",
 		"float f(float a, float b) { float x = a * b; x = x * 2; return x * (a); }",
 		"struct S { float v; float get() const { return v; } };",
+		"namespace my {\nfloat exp(float x) { return metal::exp(x); }\n}",
+		"struct A { float x; A(float v) : x(v) {} operator half() const { return half(x); } };",
+		"uint n(thread float* p) { return sizeof(float) + sizeof(p); }",
 	} {
 		if err := strictCheck("t.metal", src); err != nil {
 			t.Errorf("%s: refused: %v", src, err)
