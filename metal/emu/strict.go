@@ -94,7 +94,7 @@ var nonTypeWords = map[string]bool{
 	"return": true, "else": true, "case": true, "do": true, "sizeof": true, "alignof": true,
 	"co_return": true, "co_yield": true, "throw": true, "new": true, "delete": true,
 	"operator": true, "const": true, "constexpr": true, "static": true, "inline": true,
-	"volatile": true, "typedef": false, "signed": true, "unsigned": true,
+	"volatile": true, "signed": true, "unsigned": true,
 	"device": true, "constant": true, "thread": true, "threadgroup": true, "threadgroup_imageblock": true,
 	"ray_data": true, "object_data": true, "kernel": true, "vertex": true, "fragment": true,
 	"template": true, "public": true, "private": true, "protected": true, "explicit": true, "friend": true,
