@@ -464,8 +464,10 @@ func skipAngle(toks []token, i int) int {
 }
 
 // threadgroupInit refuses a threadgroup variable declared with an
-// initializer (MSL §4.4: threadgroup memory is not initialised; write it
-// from the threads, then barrier). The emulator's rewrite of threadgroup
+// initializer (MSL §4.4 describes threadgroup memory as shared by the
+// threadgroup and not initialised, and Apple's compiler, like OpenCL's
+// for __local, refuses an initializer: write it from the threads, then
+// barrier). The emulator's rewrite of threadgroup
 // declarations leaves such a declaration alone, and the shim's empty
 // `threadgroup` made it an ordinary initialised local.
 func threadgroupInit(toks []token, fail func(token, string, ...any) error) error {
