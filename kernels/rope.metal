@@ -30,12 +30,12 @@ using namespace metal;
 enum : uint { ROPE_MAX_DIMS = 8 };
 
 struct RopeParams {
-    uint n;       // pairs in all: rows · half
-    uint half;    // D/2
-    uint t;       // T: rows per position cycle
-    uint p0;      // table row of position pos0
-    float sign;   // 1: rotate by φ, −1: by −φ
-    uint ndim;    // 1 … ROPE_MAX_DIMS row axes
+    uint n;         // pairs in all: rows · half_dim
+    uint half_dim;  // D/2
+    uint t;         // T: rows per position cycle
+    uint p0;        // table row of position pos0
+    float sign;     // 1: rotate by φ, −1: by −φ
+    uint ndim;      // 1 … ROPE_MAX_DIMS row axes
     uint shape[ROPE_MAX_DIMS];
     int strides[ROPE_MAX_DIMS];
 };
@@ -53,8 +53,8 @@ kernel void rope_t(device T* y [[buffer(0)]],
                    uint gid [[thread_position_in_grid]],
                    uint gsize [[threads_per_grid]]) {
     for (uint i = gid; i < p.n; i += gsize) {
-        const uint row = i / p.half;
-        const uint k = i - row * p.half;
+        const uint row = i / p.half_dim;
+        const uint k = i - row * p.half_dim;
         int off;
         if (rope_flat) {
             off = int(row) * p.strides[0];
@@ -67,11 +67,11 @@ kernel void rope_t(device T* y [[buffer(0)]],
                 off += int(c) * p.strides[d];
             }
         }
-        const float2 cs = table[ulong(p.p0 + row % p.t) * p.half + k];
+        const float2 cs = table[ulong(p.p0 + row % p.t) * p.half_dim + k];
         const float s = p.sign * cs.y;
         const float a = forge_widen(x[off + int(2 * k)]);
         const float b = forge_widen(x[off + int(2 * k + 1)]);
-        const ulong o = ulong(row) * (2 * p.half) + 2 * k;
+        const ulong o = ulong(row) * (2 * p.half_dim) + 2 * k;
         y[o] = forge_narrow<T>(fma(a, cs.x, -(b * s)));
         y[o + 1] = forge_narrow<T>(fma(a, s, b * cs.x));
     }

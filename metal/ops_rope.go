@@ -29,11 +29,11 @@ var (
 
 // ropeParams mirrors RopeParams in kernels/rope.metal.
 type ropeParams struct {
-	N, Half, T, P0 uint32
-	Sign           float32
-	NDim           uint32
-	Shape          [maxDims]uint32
-	Strides        [maxDims]int32
+	N, HalfDim, T, P0 uint32
+	Sign              float32
+	NDim              uint32
+	Shape             [maxDims]uint32
+	Strides           [maxDims]int32
 }
 
 // ropeTable holds (cos φ, sin φ) as float32 pairs for positions start …
@@ -201,7 +201,7 @@ func (b *Backend) rope(y, x backend.View, pos0 int, theta float64, inverse bool)
 		panic(fmt.Sprintf("metal: %s: x spans %d elements, beyond the kernel's int32 offsets", kernel, span))
 	}
 	half := d / 2
-	p := ropeParams{N: uint32(n / 2), Half: uint32(half), T: uint32(t), Sign: 1, NDim: uint32(len(l.shape))}
+	p := ropeParams{N: uint32(n / 2), HalfDim: uint32(half), T: uint32(t), Sign: 1, NDim: uint32(len(l.shape))}
 	if inverse {
 		p.Sign = -1
 	}

@@ -29,6 +29,9 @@ func isKernelFile(name string) bool { return strings.HasSuffix(name, ".metal") }
 // headers, are only available to #include) and generates one C++
 // translation unit per .metal file plus the kernel table.
 func buildProgram(sources map[string]string) (*program, error) {
+	if err := strictCheckAll(sources); err != nil {
+		return nil, err
+	}
 	names := make([]string, 0, len(sources))
 	for n := range sources {
 		if isKernelFile(n) {

@@ -295,7 +295,10 @@ FORGE_LIMITS(ulong, 0ul, 18446744073709551615ul, 0ul, 0ul, 0ul, 0ul, true, false
 
 // ---- math -------------------------------------------------------------------
 // Scalar float functions map to the C library (libm); half and bfloat
-// compute in float and round; vectors apply the scalar per element.
+// compute in float and round; vectors apply the scalar per element. Only
+// functions metal_stdlib declares are here: C's expm1, log1p, erf, erfc
+// and OpenCL's pown are not MSL, and a kernel calling one must fail to
+// compile in the emulator as it would on a Mac.
 #define FORGE_VMAP1(name)                                                                 \
     template <class V, class = typename ::forge_emu::enable_if<::forge_emu::vt<V>::is_vec>::type> \
     inline V name(V v) {                                                                  \
@@ -313,11 +316,9 @@ FORGE_LIMITS(ulong, 0ul, 18446744073709551615ul, 0ul, 0ul, 0ul, 0ul, true, false
 FORGE_F1(exp, __builtin_expf(x))
 FORGE_F1(exp2, __builtin_exp2f(x))
 FORGE_F1(exp10, __builtin_powf(10.0f, x))
-FORGE_F1(expm1, __builtin_expm1f(x))
 FORGE_F1(log, __builtin_logf(x))
 FORGE_F1(log2, __builtin_log2f(x))
 FORGE_F1(log10, __builtin_log10f(x))
-FORGE_F1(log1p, __builtin_log1pf(x))
 FORGE_F1(sqrt, __builtin_sqrtf(x))
 FORGE_F1(rsqrt, 1.0f / __builtin_sqrtf(x))
 FORGE_F1(sin, __builtin_sinf(x))
@@ -332,8 +333,6 @@ FORGE_F1(tanh, __builtin_tanhf(x))
 FORGE_F1(asinh, __builtin_asinhf(x))
 FORGE_F1(acosh, __builtin_acoshf(x))
 FORGE_F1(atanh, __builtin_atanhf(x))
-FORGE_F1(erf, __builtin_erff(x))
-FORGE_F1(erfc, __builtin_erfcf(x))
 FORGE_F1(floor, __builtin_floorf(x))
 FORGE_F1(ceil, __builtin_ceilf(x))
 FORGE_F1(round, __builtin_roundf(x))
@@ -403,7 +402,6 @@ FORGE_F2(fdim, __builtin_fdimf(x, y))
 FORGE_F2(step, y < x ? 0.0f : 1.0f)
 FORGE_F2(divide, x / y)
 #undef FORGE_F2
-inline float pown(float x, int n) { return __builtin_powf(x, (float)n); }
 inline float ldexp(float x, int n) { return __builtin_ldexpf(x, n); }
 
 // max/min: floats follow fmax/fmin (a NaN operand yields the other), other
