@@ -138,8 +138,9 @@ type ScopeSpan struct {
 // Tensors is for checks that compare values kernel by kernel (forge
 // doctor's shadow parity): it may read the tensors (reading waits for the
 // kernel) and write the outputs in place (CopyFrom inside NoGrad), but
-// should not keep them — a record that holds tensors holds their device
-// memory. The kernels it launches itself are reported to it too.
+// must not keep them: they are valid during the call only (Backward and
+// Collect may free a kernel's operands right after it). The kernels it
+// launches itself are reported to it too.
 type Observer struct {
 	Kernel  func(KernelCall)
 	Scope   func(ScopeSpan)

@@ -8,15 +8,22 @@ import (
 // TestObserverTensors: Observer.Tensors sees each kernel's operands — the
 // matmul's two factors and its product, the attention backward's inputs
 // (its saved output and log-sum-exp among them) and its three gradients —
-// and is the only callback an observer needs.
+// and is the only callback an observer needs. The operands are valid
+// during the call only (backward frees its temporaries), so the test
+// keeps copies of the outputs' values.
 func TestObserverTensors(t *testing.T) {
 	type seen struct {
-		kernel  string
-		in, out []*Tensor
+		kernel string
+		in     []*Tensor
+		out    [][]float32
 	}
 	var calls []seen
 	prev := SetObserver(Observer{Tensors: func(c KernelCall, in, out []*Tensor) {
-		calls = append(calls, seen{c.Kernel, in, out})
+		var vals [][]float32
+		for _, o := range out {
+			vals = append(vals, o.Float32s())
+		}
+		calls = append(calls, seen{c.Kernel, in, vals})
 	}})
 	defer SetObserver(prev)
 
@@ -24,7 +31,7 @@ func TestObserverTensors(t *testing.T) {
 	calls = nil
 	p := a.MatMul(b)
 	if len(calls) != 1 || calls[0].kernel != "matmul" || !slices.Equal(calls[0].in, []*Tensor{a, b}) ||
-		len(calls[0].out) != 1 || !slices.Equal(calls[0].out[0].Float32s(), p.Float32s()) {
+		len(calls[0].out) != 1 || !slices.Equal(calls[0].out[0], p.Float32s()) {
 		t.Fatalf("matmul: observed %+v", calls)
 	}
 
@@ -47,7 +54,7 @@ func TestObserverTensors(t *testing.T) {
 		t.Fatalf("attention.backward: %d inputs, %d outputs; want q, k, v, out, lse, g and dq, dk, dv", len(bwd.in), len(bwd.out))
 	}
 	for i, leaf := range []*Tensor{q, k, v} {
-		if !slices.Equal(bwd.out[i].Float32s(), leaf.Grad().Float32s()) {
+		if !slices.Equal(bwd.out[i], leaf.Grad().Float32s()) {
 			t.Errorf("attention.backward output %d is not the gradient of input %d", i, i)
 		}
 	}
