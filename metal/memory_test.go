@@ -1,14 +1,12 @@
 package metal
 
 import (
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/backend"
-	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/train"
 	"github.com/forgeml/forge/metal/driver"
 )
@@ -64,15 +62,7 @@ func TestTrainingMemory(t *testing.T) {
 			b := recBackends["metal-rec-"+name]
 			useDevice(t, dev)
 			err = forge.Try(func() {
-				m, err := gpt.New(cfg.Model, cfg.Seed)
-				if err != nil {
-					panic(err)
-				}
-				src := &seqBatches{rng: rand.New(rand.NewPCG(cfg.Seed, 11)), vocab: cfg.Model.Vocab, b: cfg.Batch, tt: cfg.Model.Context}
-				tr, err := train.NewTrainer(cfg, m, src, nil)
-				if err != nil {
-					panic(err)
-				}
+				_, tr := newTrainer(cfg)
 				dev.Sync()
 				est := cfg.MemoryNeeded()
 				for step := range 3 {
