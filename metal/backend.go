@@ -55,6 +55,8 @@
 //     what they did not write.
 //   - FORGE_METAL_MATH: the math mode kernels compile with on the GPU
 //     (relaxed, safe or fast; driver_darwin.go).
+//   - FORGE_METAL_GPU_CORES: the GPU's core count split-K products are
+//     sized by (default: the driver's, from the chip's name; ops_matmul.go).
 package metal
 
 import (
