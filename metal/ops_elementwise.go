@@ -11,15 +11,31 @@ package metal
 // Unary, UnaryGrad and Binary load them widened, compute in float32 and
 // round once on store (kernels unary_f16, binary_bf16, …, by dtype); Where
 // moves their bits.
+//
+// Binary on contiguous, aligned operands (a broadcast scalar allowed)
+// moves 4 elements per thread step with vector loads and stores
+// (binaryVec4); FORGE_METAL_ELEMENTWISE=scalar turns that off (tests
+// compare the two paths: the same bits).
 
 import (
 	"fmt"
 	"math"
+	"os"
+	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/half"
 	"github.com/forgeml/forge/kernels"
 )
+
+// noVec4 keeps Binary on its scalar loop: FORGE_METAL_ELEMENTWISE=scalar.
+var noVec4 atomic.Bool
+
+func init() {
+	if os.Getenv("FORGE_METAL_ELEMENTWISE") == "scalar" {
+		noVec4.Store(true)
+	}
+}
 
 var (
 	kFill       = kernels.Name("fill", "x32")
@@ -222,10 +238,36 @@ func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
 	coalesce(dst, a, bv).split(maxDims, func(l layout) {
 		p := binaryParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2])
-		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
-		b.runEW(label, key, l.numel(),
-			b.arg(l.view(dst.Buf, 0)), b.arg(l.view(a.Buf, 1)), b.arg(l.view(bv.Buf, 2)), bytesArg(p))
+		args := [3]kernelArg{b.arg(l.view(dst.Buf, 0)), b.arg(l.view(a.Buf, 1)), b.arg(l.view(bv.Buf, 2))}
+		vec := binaryVec4(l, dt.Size(), args[:])
+		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(3, vec))
+		nt := l.numel()
+		if vec {
+			nt = (nt + 3) / 4 // a thread per 4 elements (and the tail's)
+		}
+		b.runEW(label, key, nt, args[0], args[1], args[2], bytesArg(p))
 	})
+}
+
+// binaryVec4 reports whether a Binary layout takes binary.metal's
+// vectorised loop (binary_vec4): one run (after coalescing) of at least 4
+// elements, dst contiguous, a and b each contiguous or a broadcast scalar,
+// and every contiguous view bound at a byte offset that is a multiple of
+// 4 elements of size bytes (the vector loads' and stores' alignment).
+func binaryVec4(l layout, size int, args []kernelArg) bool {
+	if noVec4.Load() || len(l.shape) != 1 || l.shape[0] < 4 || l.strides[0][0] != 1 {
+		return false
+	}
+	for v, a := range args {
+		st := l.strides[v][0]
+		if st != 0 && st != 1 {
+			return false
+		}
+		if st == 1 && a.drv.Offset%(4*size) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Where computes dst = cond ≠ 0 ? a : b with broadcast views: dst, a and b

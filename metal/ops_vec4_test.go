@@ -1,0 +1,153 @@
+package metal
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/forgeml/forge/forge/backend"
+	"github.com/forgeml/forge/metal/emu"
+)
+
+// vec4Case is one Binary call on flat views: n elements, each operand at
+// an element offset, a or b a broadcast scalar when its flag is set.
+type vec4Case struct {
+	n                int
+	dOff, aOff, bOff int
+	aScalar, bScalar bool
+}
+
+// vec4Cases: lengths below, at and past multiples of 4 (tails of 0–3),
+// aligned and unaligned offsets (one unaligned operand keeps the whole call
+// scalar), broadcast scalars at any offset (never loaded as vectors).
+var vec4Cases = []vec4Case{
+	{n: 3}, {n: 4}, {n: 5}, {n: 7}, {n: 8}, {n: 1027}, {n: 4096},
+	{n: 1027, dOff: 4, aOff: 8, bOff: 12},
+	{n: 1025, dOff: 1}, {n: 1026, aOff: 2}, {n: 1027, bOff: 3},
+	{n: 1029, bScalar: true, bOff: 5},
+	{n: 1030, aScalar: true, aOff: 1, dOff: 4},
+	{n: 1031, aScalar: true, bScalar: true, bOff: 2},
+}
+
+// vec4Want reports whether c is bound aligned for the vector loop: every
+// non-broadcast view's offset a multiple of 4 elements (the pool's
+// sub-allocations are 256-byte aligned) and at least 4 elements.
+func (c vec4Case) vec4Want() bool {
+	ok := c.n >= 4 && c.dOff%4 == 0
+	if !c.aScalar {
+		ok = ok && c.aOff%4 == 0
+	}
+	if !c.bScalar {
+		ok = ok && c.bOff%4 == 0
+	}
+	return ok
+}
+
+// run calls Binary op for c on dev with operands from host values ha, hb
+// (copied to every dtype), returning dst's bits.
+func (c vec4Case) run(dev *Backend, op backend.BinaryOp, dt backend.DType, ha, hb []float32) []uint32 {
+	view := func(off int, scalar bool) backend.View {
+		st := 1
+		if scalar {
+			st = 0
+		}
+		return backend.View{Shape: []int{c.n}, Strides: []int{st}, Offset: off}
+	}
+	up := func(h []float32) backend.Buffer {
+		b32 := dev.Alloc(backend.Float32, len(h))
+		dev.Write(b32, h)
+		x := dev.Alloc(dt, len(h))
+		dev.Copy(contigView(x, 0, len(h)), contigView(b32, 0, len(h)))
+		return x
+	}
+	a, b := view(c.aOff, c.aScalar), view(c.bOff, c.bScalar)
+	a.Buf, b.Buf = up(ha), up(hb)
+	d := view(c.dOff, false)
+	d.Buf = dev.Alloc(dt, c.n+c.dOff)
+	dev.Fill(contigView(d.Buf, 0, c.n+c.dOff), 7)
+	dev.Binary(op, d, a, b)
+	return readBits(dev, d.Buf, c.n+c.dOff)
+}
+
+// TestBinaryVec4: binary.metal's vectorised loop (binary_vec4) gives the
+// scalar loop's bits — every dtype, lengths with tails, broadcast scalars
+// — and is taken exactly where the operands are aligned; on the emulator,
+// under every thread schedule.
+func TestBinaryVec4(t *testing.T) {
+	dev := opsDevice(t)
+	defer noVec4.Store(false)
+	rng := rand.New(rand.NewPCG(3, 4))
+	host := func(n int) []float32 {
+		h := make([]float32, n)
+		for i := range h {
+			h[i] = float32(rng.NormFloat64() * 3)
+		}
+		return h
+	}
+	ops := []backend.BinaryOp{backend.Add, backend.Mul, backend.Div, backend.Pow, backend.Maximum, backend.Lt}
+	for _, c := range vec4Cases {
+		// The decision, from the arguments bound for c's views.
+		l := coalesce(
+			backend.View{Shape: []int{c.n}, Strides: []int{1}, Offset: c.dOff},
+			backend.View{Shape: []int{c.n}, Strides: []int{map[bool]int{true: 0, false: 1}[c.aScalar]}, Offset: c.aOff},
+			backend.View{Shape: []int{c.n}, Strides: []int{map[bool]int{true: 0, false: 1}[c.bScalar]}, Offset: c.bOff})
+		for _, dt := range floatTypes {
+			bufs := [3]backend.Buffer{dev.Alloc(dt, c.n+8), dev.Alloc(dt, c.n+8), dev.Alloc(dt, c.n+8)}
+			var args [3]kernelArg
+			for i := range args {
+				args[i] = dev.arg(l.view(bufs[i], i))
+			}
+			noVec4.Store(false)
+			if got := binaryVec4(l, dt.Size(), args[:]); got != c.vec4Want() {
+				t.Errorf("%+v %v: vector loop %v, want %v", c, dt, got, c.vec4Want())
+			}
+			ha, hb := host(c.n+c.aOff), host(c.n+c.bOff)
+			for _, op := range ops {
+				noVec4.Store(false)
+				vec := c.run(dev, op, dt, ha, hb)
+				noVec4.Store(true)
+				scalar := c.run(dev, op, dt, ha, hb)
+				if i := firstDiff(vec, scalar); i >= 0 {
+					t.Fatalf("%+v %v %v: element %d: vector loop %#x, scalar %#x", c, dt, op, i, vec[i], scalar[i])
+				}
+			}
+		}
+	}
+	noVec4.Store(false)
+
+	drv, ok := dev.Driver().(*emu.Driver)
+	if !ok {
+		t.Skipf("not the emulator: %T", dev.Driver())
+	}
+	defer drv.SetSchedule(emu.Forward, 0)
+	ha, hb := host(4200), host(4200)
+	var labels []string
+	schedulesAgree(t, drv, func() [][]uint32 {
+		labels = labels[:0]
+		var outs [][]uint32
+		for _, c := range vec4Cases {
+			for _, dt := range floatTypes {
+				outs = append(outs, c.run(dev, backend.Mul, dt, ha, hb))
+				labels = append(labels, fmt.Sprintf("%+v %v", c, dt))
+			}
+		}
+		return outs
+	}, func(i int) string { return labels[i] })
+}
+
+// firstDiff is the first index where a and b differ, or −1.
+func firstDiff(a, b []uint32) int {
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if !slices.Equal(a, b) {
+		return 0
+	}
+	return -1
+}
