@@ -44,9 +44,32 @@ func (c vec4Case) vec4Want() bool {
 	return ok
 }
 
-// run calls Binary op for c on dev with operands from host values ha, hb
+// vec4Call is one elementwise op on dst from the operands a and b.
+type vec4Call struct {
+	name string
+	fn   func(dev *Backend, dst, a, b backend.View)
+}
+
+// vec4Calls: Binary ops, Unary (of a), UnaryGrad (x = a, g = b, y
+// recomputed; and y = b, g = a).
+var vec4Calls = func() []vec4Call {
+	var cs []vec4Call
+	for _, op := range []backend.BinaryOp{backend.Add, backend.Mul, backend.Div, backend.Pow, backend.Maximum, backend.Lt} {
+		cs = append(cs, vec4Call{fmt.Sprintf("binary %v", op), func(dev *Backend, d, a, b backend.View) { dev.Binary(op, d, a, b) }})
+	}
+	sc := backend.Scalars{A: 0.5, B: 2}
+	for _, op := range []backend.UnaryOp{backend.Exp, backend.GELUTanh, backend.Sqrt, backend.Affine} {
+		cs = append(cs,
+			vec4Call{fmt.Sprintf("unary %v", op), func(dev *Backend, d, a, _ backend.View) { dev.Unary(op, sc, d, a) }},
+			vec4Call{fmt.Sprintf("unary_grad %v", op), func(dev *Backend, d, a, b backend.View) { dev.UnaryGrad(op, sc, d, a, backend.View{}, b) }},
+			vec4Call{fmt.Sprintf("unary_grad %v, y given", op), func(dev *Backend, d, a, b backend.View) { dev.UnaryGrad(op, sc, d, a, b, a) }})
+	}
+	return cs
+}()
+
+// run makes call f for c on dev with operands from host values ha, hb
 // (copied to every dtype), returning dst's bits.
-func (c vec4Case) run(dev *Backend, op backend.BinaryOp, dt backend.DType, ha, hb []float32) []uint32 {
+func (c vec4Case) run(dev *Backend, f vec4Call, dt backend.DType, ha, hb []float32) []uint32 {
 	view := func(off int, scalar bool) backend.View {
 		st := 1
 		if scalar {
@@ -66,15 +89,16 @@ func (c vec4Case) run(dev *Backend, op backend.BinaryOp, dt backend.DType, ha, h
 	d := view(c.dOff, false)
 	d.Buf = dev.Alloc(dt, c.n+c.dOff)
 	dev.Fill(contigView(d.Buf, 0, c.n+c.dOff), 7)
-	dev.Binary(op, d, a, b)
+	f.fn(dev, d, a, b)
 	return readBits(dev, d.Buf, c.n+c.dOff)
 }
 
-// TestBinaryVec4: binary.metal's vectorised loop (binary_vec4) gives the
-// scalar loop's bits — every dtype, lengths with tails, broadcast scalars
-// — and is taken exactly where the operands are aligned; on the emulator,
-// under every thread schedule.
-func TestBinaryVec4(t *testing.T) {
+// TestElementwiseVec4: the vectorised loops of binary.metal and
+// unary.metal (binary_vec4, unary_vec4) give the scalar loops' bits —
+// every dtype, lengths with tails, broadcast scalars, UnaryGrad with and
+// without y — and are taken exactly where the operands are aligned; on the
+// emulator, under every thread schedule.
+func TestElementwiseVec4(t *testing.T) {
 	dev := opsDevice(t)
 	defer noVec4.Store(false)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -85,7 +109,6 @@ func TestBinaryVec4(t *testing.T) {
 		}
 		return h
 	}
-	ops := []backend.BinaryOp{backend.Add, backend.Mul, backend.Div, backend.Pow, backend.Maximum, backend.Lt}
 	for _, c := range vec4Cases {
 		// The decision, from the arguments bound for c's views.
 		l := coalesce(
@@ -99,17 +122,17 @@ func TestBinaryVec4(t *testing.T) {
 				args[i] = dev.arg(l.view(bufs[i], i))
 			}
 			noVec4.Store(false)
-			if got := binaryVec4(l, dt.Size(), args[:]); got != c.vec4Want() {
+			if got := ewVec4(l, dt.Size(), args[:]); got != c.vec4Want() {
 				t.Errorf("%+v %v: vector loop %v, want %v", c, dt, got, c.vec4Want())
 			}
 			ha, hb := host(c.n+c.aOff), host(c.n+c.bOff)
-			for _, op := range ops {
+			for _, f := range vec4Calls {
 				noVec4.Store(false)
-				vec := c.run(dev, op, dt, ha, hb)
+				vec := c.run(dev, f, dt, ha, hb)
 				noVec4.Store(true)
-				scalar := c.run(dev, op, dt, ha, hb)
+				scalar := c.run(dev, f, dt, ha, hb)
 				if i := firstDiff(vec, scalar); i >= 0 {
-					t.Fatalf("%+v %v %v: element %d: vector loop %#x, scalar %#x", c, dt, op, i, vec[i], scalar[i])
+					t.Fatalf("%+v %v %s: element %d: vector loop %#x, scalar %#x", c, dt, f.name, i, vec[i], scalar[i])
 				}
 			}
 		}
@@ -128,8 +151,10 @@ func TestBinaryVec4(t *testing.T) {
 		var outs [][]uint32
 		for _, c := range vec4Cases {
 			for _, dt := range floatTypes {
-				outs = append(outs, c.run(dev, backend.Mul, dt, ha, hb))
-				labels = append(labels, fmt.Sprintf("%+v %v", c, dt))
+				for _, f := range []vec4Call{vec4Calls[1], vec4Calls[9], vec4Calls[10], vec4Calls[11]} { // mul, gelu_tanh: unary, grad, grad with y
+					outs = append(outs, c.run(dev, f, dt, ha, hb))
+					labels = append(labels, fmt.Sprintf("%+v %v %s", c, dt, f.name))
+				}
 			}
 		}
 		return outs
