@@ -12,9 +12,9 @@ package metal
 // round once on store (kernels unary_f16, binary_bf16, …, by dtype); Where
 // moves their bits.
 //
-// Binary, Unary and UnaryGrad on contiguous, aligned operands (a
-// broadcast scalar allowed) move 4 elements per thread step with vector
-// loads and stores (ewVec4); FORGE_METAL_ELEMENTWISE=scalar turns that off
+// Copy between 32-bit dtypes, Binary, Unary and UnaryGrad on contiguous,
+// aligned operands (a broadcast scalar allowed) move 4 elements per thread
+// step with vector loads and stores (ewVec4); FORGE_METAL_ELEMENTWISE=scalar turns that off
 // (tests compare the two paths: the same bits).
 
 import (
@@ -28,7 +28,8 @@ import (
 	"github.com/forgeml/forge/kernels"
 )
 
-// noVec4 keeps Binary, Unary and UnaryGrad on their scalar loops: FORGE_METAL_ELEMENTWISE=scalar.
+// noVec4 keeps Copy (32-bit), Binary, Unary and UnaryGrad on their scalar
+// loops: FORGE_METAL_ELEMENTWISE=scalar.
 var noVec4 atomic.Bool
 
 func init() {
@@ -148,7 +149,13 @@ func (b *Backend) Copy(dst, src backend.View) {
 		if kernel == kCopyCvt {
 			key = pkey(kCopyCvt, cBool(0, len(l.shape) == 1), cUint(3, copyType(sdt)), cUint(4, copyType(ddt)))
 		}
-		b.runEW(kernel, key, l.numel(), b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
+		args := [2]kernelArg{b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1))}
+		vec := false
+		if kernel == kCopy {
+			vec = ewVec4(l, 4, args[:])
+			key = pkey(kCopy, cBool(0, len(l.shape) == 1), cBool(1, srcInt), cBool(2, dstInt), cBool(5, vec))
+		}
+		b.runEW(kernel, key, ewVec4Threads(l.numel(), vec), args[0], args[1], bytesArg(p))
 	})
 }
 
@@ -247,9 +254,9 @@ func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
 	})
 }
 
-// ewVec4 reports whether an elementwise layout (Binary, Unary, UnaryGrad;
-// args bound in layout order, the output first) takes the kernels'
-// vectorised loop (binary_vec4, unary_vec4): one run (after coalescing) of
+// ewVec4 reports whether an elementwise layout (Copy, Binary, Unary,
+// UnaryGrad; args bound in layout order, the output first) takes the
+// kernels' vectorised loop (copy_vec4, binary_vec4, unary_vec4): one run (after coalescing) of
 // at least 4 elements, the output contiguous, every input contiguous or a
 // broadcast scalar, and every contiguous view bound at a byte offset that
 // is a multiple of 4 elements of size bytes (the vector loads' and

@@ -50,10 +50,11 @@ type vec4Call struct {
 	fn   func(dev *Backend, dst, a, b backend.View)
 }
 
-// vec4Calls: Binary ops, Unary (of a), UnaryGrad (x = a, g = b, y
+// vec4Calls: Copy (of a; copy_x32 at float32, the scalar copy_cvt at
+// 16 bits), Binary ops, Unary (of a), UnaryGrad (x = a, g = b, y
 // recomputed; and y = b, g = a).
 var vec4Calls = func() []vec4Call {
-	var cs []vec4Call
+	cs := []vec4Call{{"copy", func(dev *Backend, d, a, _ backend.View) { dev.Copy(d, a) }}}
 	for _, op := range []backend.BinaryOp{backend.Add, backend.Mul, backend.Div, backend.Pow, backend.Maximum, backend.Lt} {
 		cs = append(cs, vec4Call{fmt.Sprintf("binary %v", op), func(dev *Backend, d, a, b backend.View) { dev.Binary(op, d, a, b) }})
 	}
@@ -93,8 +94,9 @@ func (c vec4Case) run(dev *Backend, f vec4Call, dt backend.DType, ha, hb []float
 	return readBits(dev, d.Buf, c.n+c.dOff)
 }
 
-// TestElementwiseVec4: the vectorised loops of binary.metal and
-// unary.metal (binary_vec4, unary_vec4) give the scalar loops' bits —
+// TestElementwiseVec4: the vectorised loops of copy.metal, binary.metal
+// and unary.metal (copy_vec4, binary_vec4, unary_vec4) give the scalar
+// loops' bits —
 // every dtype, lengths with tails, broadcast scalars, UnaryGrad with and
 // without y — and are taken exactly where the operands are aligned; on the
 // emulator, under every thread schedule.
@@ -151,7 +153,7 @@ func TestElementwiseVec4(t *testing.T) {
 		var outs [][]uint32
 		for _, c := range vec4Cases {
 			for _, dt := range floatTypes {
-				for _, f := range []vec4Call{vec4Calls[1], vec4Calls[9], vec4Calls[10], vec4Calls[11]} { // mul, gelu_tanh: unary, grad, grad with y
+				for _, f := range []vec4Call{vec4Calls[0], vec4Calls[2], vec4Calls[10], vec4Calls[11], vec4Calls[12]} { // copy, mul, gelu_tanh: unary, grad, grad with y
 					outs = append(outs, c.run(dev, f, dt, ha, hb))
 					labels = append(labels, fmt.Sprintf("%+v %v %s", c, dt, f.name))
 				}
