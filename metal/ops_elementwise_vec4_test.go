@@ -2,6 +2,7 @@ package metal
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -177,4 +178,65 @@ func firstDiff(a, b []uint32) int {
 		return 0
 	}
 	return -1
+}
+
+// TestAdamWVec4: adamw_f32's vector loop (adamw_vec4) gives the scalar
+// loop's bits for w, m and v, plain and with a clip state (coefficient
+// below 1), over lengths with tails and operands at aligned and unaligned
+// offsets, and is taken exactly where all four are aligned.
+func TestAdamWVec4(t *testing.T) {
+	dev := opsDevice(t)
+	defer noVec4.Store(false)
+	rng := rand.New(rand.NewPCG(5, 6))
+	clip := dev.Alloc(backend.Float32, backend.ClipStateLen)
+	dev.Write(clip, []float32{4, 0.25, 0}) // norm 4, coefficient 0.25, no skip
+	for _, c := range []struct{ n, wOff, gOff, mOff, vOff int }{
+		{3, 0, 0, 0, 0}, {4, 0, 0, 0, 0}, {7, 0, 0, 0, 0}, {1025, 0, 0, 0, 0}, {1027, 4, 8, 12, 16},
+		{1026, 1, 0, 0, 0}, {1027, 0, 2, 0, 0}, {1028, 0, 0, 3, 0}, {1029, 0, 0, 0, 5},
+	} {
+		host := func(off int, scale float64, pos bool) []float32 {
+			h := make([]float32, off+c.n)
+			for i := range h {
+				h[i] = float32(rng.NormFloat64() * scale)
+				if pos {
+					h[i] = float32(math.Abs(float64(h[i])))
+				}
+			}
+			return h
+		}
+		hw, hg, hm, hv := host(c.wOff, 1, false), host(c.gOff, 0.1, false), host(c.mOff, 0.01, false), host(c.vOff, 1e-3, true)
+		for _, clipped := range []bool{false, true} {
+			run := func(vec bool) [3][]uint32 {
+				noVec4.Store(!vec)
+				up := func(h []float32, off int) backend.View {
+					b := dev.Alloc(backend.Float32, len(h))
+					dev.Write(b, h)
+					return contigView(b, off, c.n)
+				}
+				w, g, m, v := up(hw, c.wOff), up(hg, c.gOff), up(hm, c.mOff), up(hv, c.vOff)
+				p := backend.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3}
+				if clipped {
+					dev.AdamWClipped(w, g, m, v, contigView(clip, 0, backend.ClipStateLen), p)
+				} else {
+					dev.AdamW(w, g, m, v, p)
+				}
+				return [3][]uint32{readBits(dev, w.Buf, len(hw)), readBits(dev, m.Buf, len(hm)), readBits(dev, v.Buf, len(hv))}
+			}
+			vec, scalar := run(true), run(false)
+			for k, name := range []string{"w", "m", "v"} {
+				if i := firstDiff(vec[k], scalar[k]); i >= 0 {
+					t.Fatalf("%+v clipped %v: %s element %d: vector loop %#x, scalar %#x", c, clipped, name, i, vec[k][i], scalar[k][i])
+				}
+			}
+		}
+		noVec4.Store(false)
+		aligned := c.n >= 4 && c.wOff%4 == 0 && c.gOff%4 == 0 && c.mOff%4 == 0 && c.vOff%4 == 0
+		var args [4]kernelArg
+		for i, off := range []int{c.wOff, c.gOff, c.mOff, c.vOff} {
+			args[i] = dev.arg(contigView(dev.Alloc(backend.Float32, c.n+off), off, c.n))
+		}
+		if got := ewVec4(layout{shape: []int{c.n}, strides: [][]int{{1}, {1}, {1}, {1}}}, 4, args[:]); got != aligned {
+			t.Errorf("%+v: vector loop %v, want %v", c, got, aligned)
+		}
+	}
 }
