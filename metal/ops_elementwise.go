@@ -145,15 +145,11 @@ func (b *Backend) Copy(dst, src backend.View) {
 	coalesce(dst, src).split(maxDims, func(l layout) {
 		p := copyParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.DstStrides, &p.SrcStrides)
-		key := pkey(kCopy, cBool(0, len(l.shape) == 1), cBool(1, srcInt), cBool(2, dstInt))
+		args := [2]kernelArg{b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1))}
+		vec := kernel == kCopy && ewVec4(l, 4, args[:]) // copy_cvt has no vector loop
+		key := pkey(kCopy, cBool(0, len(l.shape) == 1), cBool(1, srcInt), cBool(2, dstInt), cBool(5, vec))
 		if kernel == kCopyCvt {
 			key = pkey(kCopyCvt, cBool(0, len(l.shape) == 1), cUint(3, copyType(sdt)), cUint(4, copyType(ddt)))
-		}
-		args := [2]kernelArg{b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1))}
-		vec := false
-		if kernel == kCopy {
-			vec = ewVec4(l, 4, args[:])
-			key = pkey(kCopy, cBool(0, len(l.shape) == 1), cBool(1, srcInt), cBool(2, dstInt), cBool(5, vec))
 		}
 		b.runEW(kernel, key, ewVec4Threads(l.numel(), vec), args[0], args[1], bytesArg(p))
 	})
