@@ -67,13 +67,20 @@
 //     the dQ accumulator; per staged K/V block: S = Q·Kᵀ, dP = dO·Vᵀ,
 //     P = exp(s·scale − lse), dS = P ∘ (dP − delta), dQ += dS·K; dq =
 //     scale·dQ.
-//   attention_bwd_dkv: grid (⌈Tk/8n⌉, Hkv, B). Each simdgroup keeps its 8
-//     key rows K, V and the accumulators dK, dV in registers, and walks the
-//     query blocks (BK rows, staged: Q, dO, lse, delta) of every query head
-//     of its kv group in order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (operand roles
-//     swapped, so no transposed data), Pᵀ, dSᵀ as above, dV += Pᵀ·dO,
-//     dK += dSᵀ·Q; dk = scale·dK. Every dk/dv row is written by one
-//     simdgroup in a fixed order: no atomics, deterministic.
+//   attention_bwd_dk and attention_bwd_dv (one template, attention_bwd_kv):
+//     grid (⌈Tk/8n⌉, Hkv, B). Each simdgroup keeps its 8 key rows K (and, in
+//     the dk kernel, V) and one accumulator, dK or dV, in registers, and
+//     walks the query blocks (BK rows, staged: Q, dO, lse, and delta for
+//     dk) of every query head of its kv group in order: Sᵀ = K·Qᵀ (and
+//     dPᵀ = V·dOᵀ for dk; operand roles swapped, so no transposed data),
+//     Pᵀ, dSᵀ as above, dV += Pᵀ·dO or dK += dSᵀ·Q; dk = scale·dK. Two
+//     kernels rather than one holding K, V, dK and dV: an earlier Metal
+//     implementation of this same design spilled 4352 bytes per thread in
+//     that kernel, and splitting it took its backward from 9.66 to 7.05 ms
+//     per layer at B 64, T 512, H 6, D 64 (an M5 Max; this code has not run
+//     on Apple hardware, the split is checked on the emulator only). Every
+//     dk/dv row is written by one simdgroup in a fixed order: no atomics,
+//     deterministic.
 //
 // Reference path (any D, including D % 8 ≠ 0, D > 128 and D = 0): one
 // thread per row, plain loops (attention_naive_fwd_<dtype> and
@@ -611,29 +618,36 @@ kernel void attention_bwd_dq(device T* dq [[buffer(0)]],
     }
 }
 
-template <uint D, typename T>
-kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
-                              device T* dv [[buffer(1)]],
-                              const device T* q [[buffer(2)]],
-                              const device T* k [[buffer(3)]],
-                              const device T* v [[buffer(4)]],
-                              const device T* dout [[buffer(5)]],
-                              const device float* lse [[buffer(6)]],
-                              const device float* delta [[buffer(7)]],
-                              constant AttnParams& p [[buffer(8)]],
-                              uint3 tg [[threadgroup_position_in_grid]],
-                              uint tid [[thread_index_in_threadgroup]],
-                              uint nthr [[threads_per_threadgroup]],
-                              uint lane [[thread_index_in_simdgroup]],
-                              uint sg [[simdgroup_index_in_threadgroup]],
-                              uint nsg [[simdgroups_per_threadgroup]]) {
+// attention_bwd_kv<D, T, DK> is the dk kernel (DK) or the dv kernel (!DK)
+// of the fast path; both bind the dq kernel's buffers, with dx = dk or dv
+// in place of dq (the dv kernel reads neither v nor delta). Each keeps one
+// accumulator in registers: the dv kernel K and dV (2·D/8 fragments), the
+// dk kernel K, V and dK (3·D/8); a single kernel holding K, V, dK and dV
+// spills. The dk kernel recomputes Sᵀ = K·Qᵀ, which the dv kernel also
+// computes: the same operations in the same order, so each output has the
+// bits a fused kernel would give it.
+template <uint D, typename T, bool DK>
+kernel void attention_bwd_kv(device T* dx [[buffer(0)]],
+                             const device T* q [[buffer(1)]],
+                             const device T* k [[buffer(2)]],
+                             const device T* v [[buffer(3)]],
+                             const device T* dout [[buffer(4)]],
+                             const device float* lse [[buffer(5)]],
+                             const device float* delta [[buffer(6)]],
+                             constant AttnParams& p [[buffer(7)]],
+                             uint3 tg [[threadgroup_position_in_grid]],
+                             uint tid [[thread_index_in_threadgroup]],
+                             uint nthr [[threads_per_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]],
+                             uint nsg [[simdgroups_per_threadgroup]]) {
     typedef AttnTile<D> A;
     threadgroup float qs[A::BK * A::LDT];
     threadgroup float gs[A::BK * A::LDT];
     threadgroup float lses[A::BK];
-    threadgroup float deltas[A::BK];
+    threadgroup float deltas[DK ? A::BK : 1];
     threadgroup float scores[ATTN_SG * 8 * A::LDS];
-    threadgroup float dscores[ATTN_SG * 8 * A::LDS];
+    threadgroup float dscores[DK ? ATTN_SG * 8 * A::LDS : 1];
     threadgroup float frags[ATTN_SG * 64];
 
     const uint b = tg.z;
@@ -646,7 +660,7 @@ kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
     const device T* kh = k + ulong(b) * p.k_sb + ulong(kvh) * p.k_sh;
     const device T* vh = v + ulong(b) * p.v_sb + ulong(kvh) * p.v_sh;
     threadgroup float* ss = scores + sg * 8 * A::LDS;
-    threadgroup float* ds = dscores + sg * 8 * A::LDS;
+    threadgroup float* ds = dscores + (DK ? sg * 8 * A::LDS : 0);
     threadgroup float* fr = frags + sg * 64;
 
     const uint row = lane / 4; // key row c0 + row; columns are query rows
@@ -655,16 +669,16 @@ kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
     const uint dd = attn_dim<D>(q, p);
 
     simdgroup_float8x8 kf[A::DF];
-    simdgroup_float8x8 vf[A::DF];
-    simdgroup_float8x8 dkf[A::DF];
-    simdgroup_float8x8 dvf[A::DF];
+    simdgroup_float8x8 vf[A::DF]; // dk only
+    simdgroup_float8x8 acc[A::DF]; // dK (DK) or dV
 #pragma clang loop unroll(full)
     for (uint f = 0; f < A::DF; f++) {
         if (f * 8 < dd) {
             attn_load_rows(kf[f], kh + f * 8, p.k_st, c0, p.Tk, dd - f * 8, fr, lane);
-            attn_load_rows(vf[f], vh + f * 8, p.v_st, c0, p.Tk, dd - f * 8, fr, lane);
-            dkf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-            dvf[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            if (DK) {
+                attn_load_rows(vf[f], vh + f * 8, p.v_st, c0, p.Tk, dd - f * 8, fr, lane);
+            }
+            acc[f] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
         }
     }
 
@@ -689,12 +703,14 @@ kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
             for (uint e = tid; e < A::BK; e += nthr) {
                 const int i = ib + int(e);
                 lses[e] = i < tq ? lse[bh * p.Tq + uint(i)] : 0.0f;
-                deltas[e] = i < tq ? delta[bh * p.Tq + uint(i)] : 0.0f;
+                if (DK) {
+                    deltas[e] = i < tq ? delta[bh * p.Tq + uint(i)] : 0.0f;
+                }
             }
             threadgroup_barrier(mem_flags::mem_threadgroup);
 
             if (active && ib + int(A::BK) > sg_first) {
-                // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (8 keys × BK queries).
+                // Sᵀ = K·Qᵀ and (dk) dPᵀ = V·dOᵀ (8 keys × BK queries).
 #pragma clang loop unroll(full)
                 for (uint t = 0; t < A::BF; t++) {
                     simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -703,22 +719,27 @@ kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
                     for (uint f = 0; f < A::DF; f++) {
                         if (f * 8 < dd) {
                             simdgroup_float8x8 qt;
-                            simdgroup_float8x8 gt;
                             simdgroup_load(qt, qs + t * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
-                            simdgroup_load(gt, gs + t * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
                             simdgroup_multiply_accumulate(s, kf[f], qt, s);
-                            simdgroup_multiply_accumulate(dp, vf[f], gt, dp);
+                            if (DK) {
+                                simdgroup_float8x8 gt;
+                                simdgroup_load(gt, gs + t * 8 * A::LDT + f * 8, A::LDT, ulong2(0, 0), true);
+                                simdgroup_multiply_accumulate(dp, vf[f], gt, dp);
+                            }
                         }
                     }
                     simdgroup_store(s, ss + t * 8, A::LDS);
-                    simdgroup_store(dp, ds + t * 8, A::LDS);
+                    if (DK) {
+                        simdgroup_store(dp, ds + t * 8, A::LDS);
+                    }
                 }
                 simdgroup_barrier(mem_flags::mem_threadgroup);
 
-                // Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − delta); 0 where masked.
+                // Pᵀ, and (dk) dSᵀ = Pᵀ ∘ (dPᵀ − delta) in its place; 0
+                // where masked.
                 const bool full = keys_in && ib + int(A::BK) <= tq && ib >= sg_all;
                 threadgroup float* sr = ss + row * A::LDS;
-                threadgroup float* dr = ds + row * A::LDS;
+                threadgroup float* dr = ds + (DK ? row * A::LDS : 0);
 #pragma clang loop unroll(full)
                 for (uint t = 0; t < A::BL; t++) {
                     const uint c = sub + 4 * t;
@@ -727,29 +748,31 @@ kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
                     float g = 0.0f;
                     if (full || (i < tq && attn_visible(i, kj, shift, tk))) {
                         pr = exp2((sr[c] * p.scale - lses[c]) * M_LOG2E_F);
-                        g = pr * (dr[c] - deltas[c]);
+                        if (DK) {
+                            g = pr * (dr[c] - deltas[c]);
+                        }
                     }
-                    sr[c] = pr;
-                    dr[c] = g;
+                    if (DK) {
+                        dr[c] = g;
+                    } else {
+                        sr[c] = pr;
+                    }
                 }
                 simdgroup_barrier(mem_flags::mem_threadgroup);
 
-                // dV += Pᵀ·dO, dK += dSᵀ·Q.
+                // dK += dSᵀ·Q, or dV += Pᵀ·dO.
+                threadgroup float* lhs = DK ? ds : ss;
+                threadgroup float* rhs = DK ? qs : gs;
 #pragma clang loop unroll(full)
                 for (uint t = 0; t < A::BF; t++) {
-                    simdgroup_float8x8 pf;
-                    simdgroup_float8x8 sf;
-                    simdgroup_load(pf, ss + t * 8, A::LDS);
-                    simdgroup_load(sf, ds + t * 8, A::LDS);
+                    simdgroup_float8x8 lf;
+                    simdgroup_load(lf, lhs + t * 8, A::LDS);
 #pragma clang loop unroll(full)
                     for (uint f = 0; f < A::DF; f++) {
                         if (f * 8 < dd) {
-                            simdgroup_float8x8 gf;
-                            simdgroup_float8x8 qf;
-                            simdgroup_load(gf, gs + t * 8 * A::LDT + f * 8, A::LDT);
-                            simdgroup_load(qf, qs + t * 8 * A::LDT + f * 8, A::LDT);
-                            simdgroup_multiply_accumulate(dvf[f], pf, gf, dvf[f]);
-                            simdgroup_multiply_accumulate(dkf[f], sf, qf, dkf[f]);
+                            simdgroup_float8x8 rf;
+                            simdgroup_load(rf, rhs + t * 8 * A::LDT + f * 8, A::LDT);
+                            simdgroup_multiply_accumulate(acc[f], lf, rf, acc[f]);
                         }
                     }
                 }
@@ -764,9 +787,10 @@ kernel void attention_bwd_dkv(device T* dk [[buffer(0)]],
 #pragma clang loop unroll(full)
         for (uint f = 0; f < A::DF; f++) {
             if (f * 8 < dd) {
-                simdgroup_multiply(dkf[f], sc, dkf[f]);
-                attn_store_rows(dkf[f], dk + base + f * 8, dd, c0, p.Tk, dd - f * 8, fr, lane);
-                attn_store_rows(dvf[f], dv + base + f * 8, dd, c0, p.Tk, dd - f * 8, fr, lane);
+                if (DK) {
+                    simdgroup_multiply(acc[f], sc, acc[f]);
+                }
+                attn_store_rows(acc[f], dx + base + f * 8, dd, c0, p.Tk, dd - f * 8, fr, lane);
             }
         }
     }
@@ -1130,29 +1154,53 @@ template [[host_name("attention_bwd_dq_d64_bf16")]] [[kernel]] void attention_bw
 template [[host_name("attention_bwd_dq_d96_bf16")]] [[kernel]] void attention_bwd_dq<96, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
 template [[host_name("attention_bwd_dq_d128_bf16")]] [[kernel]] void attention_bwd_dq<128, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
 
-template [[host_name("attention_bwd_dkv_d8_f32")]] [[kernel]] void attention_bwd_dkv<8, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d16_f32")]] [[kernel]] void attention_bwd_dkv<16, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d24_f32")]] [[kernel]] void attention_bwd_dkv<24, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d32_f32")]] [[kernel]] void attention_bwd_dkv<32, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d40_f32")]] [[kernel]] void attention_bwd_dkv<40, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d48_f32")]] [[kernel]] void attention_bwd_dkv<48, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d56_f32")]] [[kernel]] void attention_bwd_dkv<56, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d64_f32")]] [[kernel]] void attention_bwd_dkv<64, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d72_f32")]] [[kernel]] void attention_bwd_dkv<72, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d80_f32")]] [[kernel]] void attention_bwd_dkv<80, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d88_f32")]] [[kernel]] void attention_bwd_dkv<88, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d96_f32")]] [[kernel]] void attention_bwd_dkv<96, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d104_f32")]] [[kernel]] void attention_bwd_dkv<104, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d112_f32")]] [[kernel]] void attention_bwd_dkv<112, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d120_f32")]] [[kernel]] void attention_bwd_dkv<120, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d128_f32")]] [[kernel]] void attention_bwd_dkv<128, float>(device float*, device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d8_f32")]] [[kernel]] void attention_bwd_kv<8, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d8_f32")]] [[kernel]] void attention_bwd_kv<8, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d16_f32")]] [[kernel]] void attention_bwd_kv<16, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d16_f32")]] [[kernel]] void attention_bwd_kv<16, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d24_f32")]] [[kernel]] void attention_bwd_kv<24, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d24_f32")]] [[kernel]] void attention_bwd_kv<24, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d32_f32")]] [[kernel]] void attention_bwd_kv<32, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d32_f32")]] [[kernel]] void attention_bwd_kv<32, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d40_f32")]] [[kernel]] void attention_bwd_kv<40, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d40_f32")]] [[kernel]] void attention_bwd_kv<40, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d48_f32")]] [[kernel]] void attention_bwd_kv<48, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d48_f32")]] [[kernel]] void attention_bwd_kv<48, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d56_f32")]] [[kernel]] void attention_bwd_kv<56, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d56_f32")]] [[kernel]] void attention_bwd_kv<56, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d64_f32")]] [[kernel]] void attention_bwd_kv<64, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d64_f32")]] [[kernel]] void attention_bwd_kv<64, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d72_f32")]] [[kernel]] void attention_bwd_kv<72, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d72_f32")]] [[kernel]] void attention_bwd_kv<72, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d80_f32")]] [[kernel]] void attention_bwd_kv<80, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d80_f32")]] [[kernel]] void attention_bwd_kv<80, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d88_f32")]] [[kernel]] void attention_bwd_kv<88, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d88_f32")]] [[kernel]] void attention_bwd_kv<88, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d96_f32")]] [[kernel]] void attention_bwd_kv<96, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d96_f32")]] [[kernel]] void attention_bwd_kv<96, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d104_f32")]] [[kernel]] void attention_bwd_kv<104, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d104_f32")]] [[kernel]] void attention_bwd_kv<104, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d112_f32")]] [[kernel]] void attention_bwd_kv<112, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d112_f32")]] [[kernel]] void attention_bwd_kv<112, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d120_f32")]] [[kernel]] void attention_bwd_kv<120, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d120_f32")]] [[kernel]] void attention_bwd_kv<120, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d128_f32")]] [[kernel]] void attention_bwd_kv<128, float, true>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d128_f32")]] [[kernel]] void attention_bwd_kv<128, float, false>(device float*, const device float*, const device float*, const device float*, const device float*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
 
-template [[host_name("attention_bwd_dkv_d32_f16")]] [[kernel]] void attention_bwd_dkv<32, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d64_f16")]] [[kernel]] void attention_bwd_dkv<64, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d96_f16")]] [[kernel]] void attention_bwd_dkv<96, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d128_f16")]] [[kernel]] void attention_bwd_dkv<128, half>(device half*, device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d32_f16")]] [[kernel]] void attention_bwd_kv<32, half, true>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d32_f16")]] [[kernel]] void attention_bwd_kv<32, half, false>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d64_f16")]] [[kernel]] void attention_bwd_kv<64, half, true>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d64_f16")]] [[kernel]] void attention_bwd_kv<64, half, false>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d96_f16")]] [[kernel]] void attention_bwd_kv<96, half, true>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d96_f16")]] [[kernel]] void attention_bwd_kv<96, half, false>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d128_f16")]] [[kernel]] void attention_bwd_kv<128, half, true>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d128_f16")]] [[kernel]] void attention_bwd_kv<128, half, false>(device half*, const device half*, const device half*, const device half*, const device half*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
 
-template [[host_name("attention_bwd_dkv_d32_bf16")]] [[kernel]] void attention_bwd_dkv<32, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d64_bf16")]] [[kernel]] void attention_bwd_dkv<64, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d96_bf16")]] [[kernel]] void attention_bwd_dkv<96, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
-template [[host_name("attention_bwd_dkv_d128_bf16")]] [[kernel]] void attention_bwd_dkv<128, bfloat>(device bfloat*, device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d32_bf16")]] [[kernel]] void attention_bwd_kv<32, bfloat, true>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d32_bf16")]] [[kernel]] void attention_bwd_kv<32, bfloat, false>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d64_bf16")]] [[kernel]] void attention_bwd_kv<64, bfloat, true>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d64_bf16")]] [[kernel]] void attention_bwd_kv<64, bfloat, false>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d96_bf16")]] [[kernel]] void attention_bwd_kv<96, bfloat, true>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d96_bf16")]] [[kernel]] void attention_bwd_kv<96, bfloat, false>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dk_d128_bf16")]] [[kernel]] void attention_bwd_kv<128, bfloat, true>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);
+template [[host_name("attention_bwd_dv_d128_bf16")]] [[kernel]] void attention_bwd_kv<128, bfloat, false>(device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device bfloat*, const device float*, const device float*, constant AttnParams&, uint3, uint, uint, uint, uint, uint);

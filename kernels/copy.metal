@@ -8,6 +8,11 @@
 //                          at i·stride in each, no index decomposition.
 //   1 copy_src_int (bool): src holds int32 (else float32).
 //   2 copy_dst_int (bool): dst holds int32 (else float32).
+//   5 copy_vec4    (bool): copy_x32: copy_flat, dst contiguous, src
+//                          contiguous or a broadcast scalar, both bound at
+//                          a 16-byte multiple (the Go side checks): each
+//                          thread moves 4 words per step (uint4 loads and
+//                          stores), the last n mod 4 by the scalar loop.
 // The data moves as 32-bit words; only a dtype change converts (float→int
 // truncates toward zero, as Go's int32(float64) does for in-range values).
 #include <metal_stdlib>
@@ -26,6 +31,7 @@ struct CopyParams {
 constant bool copy_flat [[function_constant(0)]];
 constant bool copy_src_int [[function_constant(1)]];
 constant bool copy_dst_int [[function_constant(2)]];
+constant bool copy_vec4 [[function_constant(5)]];
 
 static inline uint copy_convert(uint bits) {
     if (copy_src_int == copy_dst_int) {
@@ -42,7 +48,20 @@ kernel void copy_x32(device uint* dst [[buffer(0)]],
                      constant CopyParams& p [[buffer(2)]],
                      uint gid [[thread_position_in_grid]],
                      uint gsize [[threads_per_grid]]) {
-    for (uint i = gid; i < p.n; i += gsize) {
+    uint start = 0;
+    if (copy_vec4) {
+        const bool src_vec = p.src_strides[0] != 0;
+        for (uint i = gid; i < p.n / 4; i += gsize) {
+            const uint4 x = src_vec ? ((const device uint4*)src)[i] : uint4(src[0]);
+            uint4 r;
+            for (uint c = 0; c < 4; c++) {
+                r[c] = copy_convert(x[c]);
+            }
+            ((device uint4*)dst)[i] = r;
+        }
+        start = p.n / 4 * 4;
+    }
+    for (uint i = start + gid; i < p.n; i += gsize) {
         int od, os;
         if (copy_flat) {
             od = int(i) * p.dst_strides[0];

@@ -47,6 +47,11 @@
 //                       add them as they are (pass 2 over the partials).
 //   1 adamw_clipped (bool): adamw_f32: scale by (and skip on) the clip
 //                       state at buffer 5.
+//   2 adamw_vec4 (bool): adamw_f32: w, grad, m and v are bound at 16-byte
+//                       multiples (the Go side checks): each thread updates
+//                       4 elements per step with float4 loads and stores,
+//                       the last n mod 4 by the scalar loop; every element
+//                       is computed as on the scalar path (the same bits).
 #include <metal_stdlib>
 using namespace metal;
 
@@ -58,6 +63,7 @@ struct FusedParams {
 
 constant bool ss_square [[function_constant(0)]];
 constant bool adamw_clipped [[function_constant(1)]];
+constant bool adamw_vec4 [[function_constant(2)]];
 
 // Storage types of swiglu_* and sum_squares_*: loads widen to float32
 // (forge_widen, exact); stores round once (forge_narrow: the prelude,
@@ -261,6 +267,54 @@ static inline FF ff_norm(FF a) {
     return ff_two_sum(a.hi, a.lo);
 }
 
+// adamw_step updates one element: w, m and v in place from gradient g
+// (coef·g when the clip coefficient is not 1).
+static inline void adamw_step(thread float& w, float g, thread float& m, thread float& v, float coef,
+                              constant AdamWParams& p) {
+    if (coef != 1.0f) {
+        g = coef * g;
+    }
+
+    // m ← β1·m + (1−β1)·g
+    const float mi = ff_round(ff_add(ff_mul(p.b1, m), ff_mul(p.c1, g)));
+
+    // v ← β2·v + (1−β2)·g², with g² = q.hi + q.lo exactly.
+    FF q = ff_two_prod(g, g);
+    FF cq = ff_two_prod(p.c2.x, q.hi);
+    cq.lo = fma(p.c2.y, q.hi, fma(p.c2.x, q.lo, cq.lo));
+    const float vi = ff_round(ff_add(ff_mul(p.b2, v), cq));
+    m = mi;
+    v = vi;
+
+    // denom = √v·ibc2 + eps, √v = sh + sl.
+    float sh = sqrt(vi);
+    float sl = 0.0f;
+    if (sh > 0.0f && isfinite(sh)) {
+        sl = fma(-sh, sh, vi) / (2.0f * sh);
+    }
+    FF d = ff_two_prod(sh, p.ibc2.x);
+    d.lo = fma(sh, p.ibc2.y, fma(sl, p.ibc2.x, d.lo));
+    FF e;
+    e.hi = p.eps.x;
+    e.lo = p.eps.y;
+    d = ff_norm(ff_add(d, e));
+
+    // u = step·m/denom, the quotient corrected by its remainder.
+    float qh = mi / d.hi;
+    float ql = 0.0f;
+    if (isfinite(qh) && d.hi != 0.0f) {
+        ql = (fma(-qh, d.hi, mi) - qh * d.lo) / d.hi;
+    }
+    FF u = ff_two_prod(p.step.x, qh);
+    u.lo = fma(p.step.y, qh, fma(p.step.x, ql, u.lo));
+
+    // w ← w·decay − u
+    FF wd = ff_mul(p.decay, w);
+    u.hi = -u.hi;
+    u.lo = -u.lo;
+    w = ff_round(ff_add(wd, u));
+}
+
 kernel void adamw_f32(device float* w [[buffer(0)]],
                       const device float* grad [[buffer(1)]],
                       device float* m [[buffer(2)]],
@@ -276,49 +330,35 @@ kernel void adamw_f32(device float* w [[buffer(0)]],
         }
         coef = state[1];
     }
-    for (uint i = gid; i < p.n; i += gsize) {
-        float g = grad[i];
-        if (coef != 1.0f) {
-            g = coef * g;
+    uint start = 0;
+    if (adamw_vec4) {
+        for (uint i = gid; i < p.n / 4; i += gsize) {
+            float4 w4 = ((device float4*)w)[i];
+            const float4 g4 = ((const device float4*)grad)[i];
+            float4 m4 = ((device float4*)m)[i];
+            float4 v4 = ((device float4*)v)[i];
+            for (uint c = 0; c < 4; c++) {
+                float wc = w4[c];
+                float mc = m4[c];
+                float vc = v4[c];
+                adamw_step(wc, g4[c], mc, vc, coef, p);
+                w4[c] = wc;
+                m4[c] = mc;
+                v4[c] = vc;
+            }
+            ((device float4*)m)[i] = m4;
+            ((device float4*)v)[i] = v4;
+            ((device float4*)w)[i] = w4;
         }
-
-        // m ← β1·m + (1−β1)·g
-        const float mi = ff_round(ff_add(ff_mul(p.b1, m[i]), ff_mul(p.c1, g)));
-
-        // v ← β2·v + (1−β2)·g², with g² = q.hi + q.lo exactly.
-        FF q = ff_two_prod(g, g);
-        FF cq = ff_two_prod(p.c2.x, q.hi);
-        cq.lo = fma(p.c2.y, q.hi, fma(p.c2.x, q.lo, cq.lo));
-        const float vi = ff_round(ff_add(ff_mul(p.b2, v[i]), cq));
+        start = p.n / 4 * 4;
+    }
+    for (uint i = start + gid; i < p.n; i += gsize) {
+        float wi = w[i];
+        float mi = m[i];
+        float vi = v[i];
+        adamw_step(wi, grad[i], mi, vi, coef, p);
         m[i] = mi;
         v[i] = vi;
-
-        // denom = √v·ibc2 + eps, √v = sh + sl.
-        float sh = sqrt(vi);
-        float sl = 0.0f;
-        if (sh > 0.0f && isfinite(sh)) {
-            sl = fma(-sh, sh, vi) / (2.0f * sh);
-        }
-        FF d = ff_two_prod(sh, p.ibc2.x);
-        d.lo = fma(sh, p.ibc2.y, fma(sl, p.ibc2.x, d.lo));
-        FF e;
-        e.hi = p.eps.x;
-        e.lo = p.eps.y;
-        d = ff_norm(ff_add(d, e));
-
-        // u = step·m/denom, the quotient corrected by its remainder.
-        float qh = mi / d.hi;
-        float ql = 0.0f;
-        if (isfinite(qh) && d.hi != 0.0f) {
-            ql = (fma(-qh, d.hi, mi) - qh * d.lo) / d.hi;
-        }
-        FF u = ff_two_prod(p.step.x, qh);
-        u.lo = fma(p.step.y, qh, fma(p.step.x, ql, u.lo));
-
-        // w ← w·decay − u
-        FF wd = ff_mul(p.decay, w[i]);
-        u.hi = -u.hi;
-        u.lo = -u.lo;
-        w[i] = ff_round(ff_add(wd, u));
+        w[i] = wi;
     }
 }

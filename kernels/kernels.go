@@ -109,8 +109,10 @@
 //	                   attention_bwd_delta_f16 attention_bwd_delta_bf16
 //	                   attention_bwd_dq_dD_f32   … dQ …
 //	                   attention_bwd_dq_dD_f16 attention_bwd_dq_dD_bf16
-//	                   attention_bwd_dkv_dD_f32  … dK and dV (no atomics)
-//	                   attention_bwd_dkv_dD_f16 attention_bwd_dkv_dD_bf16
+//	                   attention_bwd_dk_dD_f32   … dK (no atomics) …
+//	                   attention_bwd_dk_dD_f16 attention_bwd_dk_dD_bf16
+//	                   attention_bwd_dv_dD_f32   … dV (no atomics)
+//	                   attention_bwd_dv_dD_f16 attention_bwd_dv_dD_bf16
 //	                   attention_naive_*_f32     the reference kernels for other D
 //	                   attention_naive_*_f16 attention_naive_*_bf16 (float32 scratch rows)
 //

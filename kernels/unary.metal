@@ -14,6 +14,14 @@
 //                          coalesced the dims): element i is at i·stride.
 //   2 unary_have_y (bool): unary_grad_* only: y is bound; otherwise it is
 //                          recomputed from x where the rule needs it.
+//   3 unary_vec4   (bool): unary_flat, the output contiguous, every input
+//                          contiguous or a broadcast scalar, and every
+//                          contiguous view's bound offset a multiple of 4
+//                          elements (the Go side checks): each thread
+//                          moves 4 elements per step with vector loads and
+//                          one vector store, the last n mod 4 elements by
+//                          the scalar loop. Every element is computed as on
+//                          the scalar path: the results are the same bits.
 //
 // Float32 arithmetic throughout. The CPU backend computes transcendental ops in
 // float64 and rounds once; these are within a few ulp of that.
@@ -37,6 +45,7 @@ struct UnaryParams {
 constant uint unary_op [[function_constant(0)]];
 constant bool unary_flat [[function_constant(1)]];
 constant bool unary_have_y [[function_constant(2)]];
+constant bool unary_vec4 [[function_constant(3)]];
 
 // Constants of the GELU rules.
 #define GELU_K 0.7978845608028654f      // √(2/π)
@@ -184,13 +193,34 @@ static inline int unary_offset(constant UnaryParams& p, uint v, uint i) {
 // unary_T and unary_grad_T are instantiated for float (unary_f32,
 // unary_grad_f32), half (unary_f16, unary_grad_f16) and bfloat (unary_bf16,
 // unary_grad_bf16); every view of one call has the one dtype.
+//
+// unary_load4 is the i-th 4 elements of view v of the vector loop: a
+// vector load where the view is contiguous, its one element (a broadcast
+// scalar, stride 0) 4 times otherwise.
+template <typename T>
+static inline vec<T, 4> unary_load4(const device T* x, constant UnaryParams& p, uint v, uint i) {
+    return p.strides[v][0] != 0 ? ((const device vec<T, 4>*)x)[i] : vec<T, 4>(x[0]);
+}
+
 template <typename T>
 kernel void unary_t(device T* dst [[buffer(0)]],
                     const device T* src [[buffer(1)]],
                     constant UnaryParams& p [[buffer(2)]],
                     uint gid [[thread_position_in_grid]],
                     uint gsize [[threads_per_grid]]) {
-    for (uint i = gid; i < p.n; i += gsize) {
+    uint start = 0;
+    if (unary_vec4) {
+        for (uint i = gid; i < p.n / 4; i += gsize) {
+            const vec<T, 4> x = unary_load4(src, p, 1, i);
+            vec<T, 4> r;
+            for (uint c = 0; c < 4; c++) {
+                r[c] = forge_narrow<T>(unary_apply(forge_widen(x[c]), p.a, p.b));
+            }
+            ((device vec<T, 4>*)dst)[i] = r;
+        }
+        start = p.n / 4 * 4;
+    }
+    for (uint i = start + gid; i < p.n; i += gsize) {
         float x = forge_widen(src[unary_offset(p, 1, i)]);
         dst[unary_offset(p, 0, i)] = forge_narrow<T>(unary_apply(x, p.a, p.b));
     }
@@ -204,7 +234,23 @@ kernel void unary_grad_t(device T* dx [[buffer(0)]],
                          constant UnaryParams& p [[buffer(4)]],
                          uint gid [[thread_position_in_grid]],
                          uint gsize [[threads_per_grid]]) {
-    for (uint i = gid; i < p.n; i += gsize) {
+    uint start = 0;
+    if (unary_vec4) {
+        for (uint i = gid; i < p.n / 4; i += gsize) {
+            const vec<T, 4> x4 = unary_load4(x, p, 1, i);
+            const vec<T, 4> y4 = unary_have_y ? unary_load4(y, p, 2, i) : x4;
+            const vec<T, 4> g4 = unary_load4(g, p, 3, i);
+            vec<T, 4> r;
+            for (uint c = 0; c < 4; c++) {
+                const float xv = forge_widen(x4[c]);
+                const float yv = unary_have_y ? forge_widen(y4[c]) : unary_apply(xv, p.a, p.b);
+                r[c] = forge_narrow<T>(unary_grad_apply(xv, yv, forge_widen(g4[c]), p.a, p.b));
+            }
+            ((device vec<T, 4>*)dx)[i] = r;
+        }
+        start = p.n / 4 * 4;
+    }
+    for (uint i = start + gid; i < p.n; i += gsize) {
         float xv = forge_widen(x[unary_offset(p, 1, i)]);
         float yv = unary_have_y ? forge_widen(y[unary_offset(p, 2, i)]) : unary_apply(xv, p.a, p.b);
         float gv = forge_widen(g[unary_offset(p, 3, i)]);

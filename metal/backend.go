@@ -71,6 +71,11 @@
 //     (relaxed, safe or fast; driver_darwin.go).
 //   - FORGE_METAL_CACHE: the pipeline archive's directory (default
 //     os.UserCacheDir()/forge/metal), or "off" for none.
+//   - FORGE_METAL_GPU_CORES: the GPU's core count split-K products are
+//     sized by (default: the driver's, from the chip's name; ops_matmul.go).
+//   - FORGE_METAL_ELEMENTWISE=scalar: keep Binary, Unary and UnaryGrad on
+//     their scalar loops (no 4-element vector loads on aligned operands;
+//     ops_elementwise.go).
 package metal
 
 import (

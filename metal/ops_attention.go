@@ -4,11 +4,13 @@ package metal
 // FlashAttention-2 kernels on simdgroup_float8x8 fragments for head dims
 // 8, 16, …, 128, and a one-thread-per-row reference path for every other
 // head dim (D % 8 ≠ 0, D > 128, D = 0), on float32, float16 or bfloat16
-// data. The backward runs three kernels:
-// delta = rowsum(dout ∘ out) into a scratch buffer, then dq (parallel over
-// query blocks) and dk/dv (parallel over key blocks, each walking the query
-// blocks of every query head of its kv group, so no atomics and a fixed
-// order: deterministic).
+// data. The backward runs delta = rowsum(dout ∘ out) into a scratch
+// buffer, then dq (parallel over query blocks) and dk and dv (parallel over
+// key blocks, each walking the query blocks of every query head of its kv
+// group, so no atomics and a fixed order: deterministic). The fast path
+// computes dk and dv in two kernels, each keeping one accumulator in
+// registers (a kernel holding K, V, dK and dV spills); the reference path
+// in one.
 //
 // q, k, v, out and dout may be row-strided (backend.KernelAttentionRowStrided):
 // stride 1 on D, any non-negative strides on B, H and T. lse, dq, dk and dv
@@ -69,16 +71,22 @@ const (
 	kAttentionBack = "attention_backward"
 )
 
-// attnPart is a kernel part of the fast and the reference paths: the
-// forward, the backward's dq, its dk and dv.
+// attnPart is a kernel part: the forward, the backward's dq, and its dk
+// and dv — one kernel (attnDKV) on the reference path, two (attnDK, then
+// attnDV) on the fast path.
 type attnPart int
 
 const (
 	attnFwd attnPart = iota
 	attnDQ
 	attnDKV
+	attnDK
+	attnDV
 	attnNParts
 )
+
+// keyRows reports whether part runs over the key rows (else the query rows).
+func (part attnPart) keyRows() bool { return part >= attnDKV }
 
 // attnHalfDims are the head dims of the fast path's float16 and bfloat16
 // instances (kernels/attention.metal): a 16-bit call at head dim d runs the
@@ -105,7 +113,7 @@ func attnFastNames(part string) (n [attnMaxFastD/8 + 1]byDType) {
 
 // The kernels by dtype (attention_bwd_delta_f32, …): the delta kernel,
 // the reference kernels by part, the fast-path ones by part and head dim
-// (kAttnFastBy[part][d/8][dt]).
+// (kAttnFastBy[part][d/8][dt]); an empty name where a path has no such part.
 var (
 	kAttnDeltaBy = namesByDType("attention", "bwd", "delta")
 	kAttnNaiveBy = [attnNParts]byDType{
@@ -116,7 +124,8 @@ var (
 	kAttnFastBy = [attnNParts][attnMaxFastD/8 + 1]byDType{
 		attnFwd: attnFastNames("fwd"),
 		attnDQ:  attnFastNames("bwd_dq"),
-		attnDKV: attnFastNames("bwd_dkv"),
+		attnDK:  attnFastNames("bwd_dk"),
+		attnDV:  attnFastNames("bwd_dv"),
 	}
 )
 
@@ -283,13 +292,18 @@ func (a attnViews) at(b0 int, s attnDims, prm attnParams) attnViews {
 }
 
 // bound returns the n views kernel part binds, in order: the fast and
-// the reference kernels take the same buffers.
+// the reference kernels take the same buffers; the dk and dv kernels take
+// the dq kernel's, with their output in place of dq.
 func (a attnViews) bound(part attnPart) (vs [8]backend.View, n int) {
 	switch part {
 	case attnFwd:
 		return [8]backend.View{a.out, a.lse, a.q, a.k, a.v}, 5
 	case attnDQ:
 		return [8]backend.View{a.dq, a.q, a.k, a.v, a.dout, a.lse, a.delta}, 7
+	case attnDK:
+		return [8]backend.View{a.dk, a.q, a.k, a.v, a.dout, a.lse, a.delta}, 7
+	case attnDV:
+		return [8]backend.View{a.dv, a.q, a.k, a.v, a.dout, a.lse, a.delta}, 7
 	}
 	return [8]backend.View{a.dk, a.dv, a.q, a.k, a.v, a.dout, a.lse, a.delta}, 8
 }
@@ -306,14 +320,14 @@ type attnCall struct {
 }
 
 // attnRun launches kernel part of call c over the query rows (forward, dq) or
-// the key rows (dk and dv): on the fast path the kernel at the call's
+// the key rows (dk, dv): on the fast path the kernel at the call's
 // head dim, in chunks of at most attnBatchChunk batch entries; else the
 // reference kernel, one thread per row, which for 16-bit data also takes
 // float32 accumulators (a row per output row: dk's rows, then dv's).
 func (b *Backend) attnRun(c *attnCall, part attnPart) {
 	s := c.s
 	rows, heads := s.Tq, s.H
-	if part == attnDKV {
+	if part.keyRows() {
 		rows, heads = s.Tk, s.Hkv
 	}
 	var args [10]kernelArg
@@ -402,7 +416,10 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 			b.arg(c.delta), b.arg(out), b.arg(dout), bytesArg(prm))
 		b.attnRun(c, attnDQ)
 	}
-	if kn > 0 {
+	if kn > 0 && c.fast {
+		b.attnRun(c, attnDK)
+		b.attnRun(c, attnDV)
+	} else if kn > 0 {
 		b.attnRun(c, attnDKV)
 	}
 }

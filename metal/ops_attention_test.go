@@ -585,18 +585,27 @@ func TestAttentionErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{kAttnDeltaBy[backend.Float32]}
-	for part := range attnNParts {
-		names = append(names, kAttnNaiveBy[part][backend.Float32])
-		for d := 8; d <= attnMaxFastD; d += 8 {
-			names = append(names, kAttnFastBy[part][d/8][backend.Float32])
-		}
-	}
-	for _, k := range names {
+	for _, k := range attnKernelNames(backend.Float32) {
 		if idx[k] != "attention.metal" {
 			t.Errorf("kernel %s is not defined in kernels/attention.metal (index: %q)", k, idx[k])
 		}
 	}
+}
+
+// attnKernelNames returns the names of every kernel the ops launch on
+// dtype dt: the delta kernel, the reference path's forward, dq and dkv,
+// and the fast path's forward, dq, dk and dv at every head dim.
+func attnKernelNames(dt backend.DType) []string {
+	names := []string{kAttnDeltaBy[dt]}
+	for _, part := range []attnPart{attnFwd, attnDQ, attnDKV} {
+		names = append(names, kAttnNaiveBy[part][dt])
+	}
+	for _, part := range []attnPart{attnFwd, attnDQ, attnDK, attnDV} {
+		for d := 8; d <= attnMaxFastD; d += 8 {
+			names = append(names, kAttnFastBy[part][d/8][dt])
+		}
+	}
+	return names
 }
 
 // attnFill is what output buffers hold before a call (exact in both
@@ -848,8 +857,10 @@ func TestAttentionHalfErrors(t *testing.T) {
 
 	for d, want := range map[int]int{8: 32, 24: 32, 32: 32, 40: 64, 64: 64, 72: 96, 80: 96, 96: 96, 104: 128, 128: 128} {
 		for _, dt := range halfTypes {
-			if got, w := kAttnFastBy[attnDKV][d/8][dt], fmt.Sprintf("attention_bwd_dkv_d%d_%s", want, dtypeTag(dt)); got != w {
-				t.Errorf("head dim %d %v: kernel %s, want %s", d, dt, got, w)
+			for part, pn := range map[attnPart]string{attnDK: "dk", attnDV: "dv"} {
+				if got, w := kAttnFastBy[part][d/8][dt], fmt.Sprintf("attention_bwd_%s_d%d_%s", pn, want, dtypeTag(dt)); got != w {
+					t.Errorf("head dim %d %v: kernel %s, want %s", d, dt, got, w)
+				}
 			}
 		}
 		if got, w := kAttnFastBy[attnFwd][d/8][backend.Float32], fmt.Sprintf("attention_fwd_d%d_f32", d); got != w {
@@ -863,13 +874,7 @@ func TestAttentionHalfErrors(t *testing.T) {
 	}
 	var names []string
 	for _, dt := range halfTypes {
-		names = append(names, kAttnDeltaBy[dt])
-		for part := range attnNParts {
-			names = append(names, kAttnNaiveBy[part][dt])
-			for d := 8; d <= attnMaxFastD; d += 8 {
-				names = append(names, kAttnFastBy[part][d/8][dt])
-			}
-		}
+		names = append(names, attnKernelNames(dt)...)
 	}
 	for _, k := range names {
 		if idx[k] != "attention.metal" {

@@ -11,15 +11,32 @@ package metal
 // Unary, UnaryGrad and Binary load them widened, compute in float32 and
 // round once on store (kernels unary_f16, binary_bf16, …, by dtype); Where
 // moves their bits.
+//
+// Copy between 32-bit dtypes, Binary, Unary and UnaryGrad on contiguous,
+// aligned operands (a broadcast scalar allowed) move 4 elements per thread
+// step with vector loads and stores (ewVec4); FORGE_METAL_ELEMENTWISE=scalar turns that off
+// (tests compare the two paths: the same bits).
 
 import (
 	"fmt"
 	"math"
+	"os"
+	"sync/atomic"
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/half"
 	"github.com/forgeml/forge/kernels"
 )
+
+// noVec4 keeps Copy (32-bit), Binary, Unary and UnaryGrad on their scalar
+// loops: FORGE_METAL_ELEMENTWISE=scalar.
+var noVec4 atomic.Bool
+
+func init() {
+	if os.Getenv("FORGE_METAL_ELEMENTWISE") == "scalar" {
+		noVec4.Store(true)
+	}
+}
 
 var (
 	kFill       = kernels.Name("fill", "x32")
@@ -128,11 +145,13 @@ func (b *Backend) Copy(dst, src backend.View) {
 	coalesce(dst, src).split(maxDims, func(l layout) {
 		p := copyParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.DstStrides, &p.SrcStrides)
-		key := pkey(kCopy, cBool(0, len(l.shape) == 1), cBool(1, srcInt), cBool(2, dstInt))
+		args := [2]kernelArg{b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1))}
+		vec := kernel == kCopy && ewVec4(l, 4, args[:]) // copy_cvt has no vector loop
+		key := pkey(kCopy, cBool(0, len(l.shape) == 1), cBool(1, srcInt), cBool(2, dstInt), cBool(5, vec))
 		if kernel == kCopyCvt {
 			key = pkey(kCopyCvt, cBool(0, len(l.shape) == 1), cUint(3, copyType(sdt)), cUint(4, copyType(ddt)))
 		}
-		b.runEW(kernel, key, l.numel(), b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
+		b.runEW(kernel, key, ewVec4Threads(l.numel(), vec), args[0], args[1], bytesArg(p))
 	})
 }
 
@@ -166,8 +185,10 @@ func (b *Backend) Unary(op backend.UnaryOp, s backend.Scalars, dst, src backend.
 	coalesce(dst, src).split(maxDims, func(l layout) {
 		p := unaryParams{A: float32(s.A), B: float32(s.B), N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1])
-		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
-		b.runEW(label, key, l.numel(), b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1)), bytesArg(p))
+		args := [2]kernelArg{b.arg(l.view(dst.Buf, 0)), b.arg(l.view(src.Buf, 1))}
+		vec := ewVec4(l, dt.Size(), args[:])
+		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(3, vec))
+		b.runEW(label, key, ewVec4Threads(l.numel(), vec), args[0], args[1], bytesArg(p))
 	})
 }
 
@@ -190,10 +211,10 @@ func (b *Backend) UnaryGrad(op backend.UnaryOp, s backend.Scalars, dx, x, y, g b
 	coalesce(dx, x, y, g).split(maxDims, func(l layout) {
 		p := unaryParams{A: float32(s.A), B: float32(s.B), N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2], &p.Strides[3])
-		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(2, haveY))
-		b.runEW(label, key, l.numel(),
-			b.arg(l.view(dx.Buf, 0)), b.arg(l.view(x.Buf, 1)), b.arg(l.view(y.Buf, 2)), b.arg(l.view(g.Buf, 3)),
-			bytesArg(p))
+		args := [4]kernelArg{b.arg(l.view(dx.Buf, 0)), b.arg(l.view(x.Buf, 1)), b.arg(l.view(y.Buf, 2)), b.arg(l.view(g.Buf, 3))}
+		vec := ewVec4(l, dt.Size(), args[:])
+		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(2, haveY), cBool(3, vec))
+		b.runEW(label, key, ewVec4Threads(l.numel(), vec), args[0], args[1], args[2], args[3], bytesArg(p))
 	})
 }
 
@@ -222,10 +243,43 @@ func (b *Backend) Binary(op backend.BinaryOp, dst, a, bv backend.View) {
 	coalesce(dst, a, bv).split(maxDims, func(l layout) {
 		p := binaryParams{N: uint32(l.numel()), NDim: uint32(len(l.shape))}
 		l.dimsArgs(kernel, &p.Shape, &p.Strides[0], &p.Strides[1], &p.Strides[2])
-		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1))
-		b.runEW(label, key, l.numel(),
-			b.arg(l.view(dst.Buf, 0)), b.arg(l.view(a.Buf, 1)), b.arg(l.view(bv.Buf, 2)), bytesArg(p))
+		args := [3]kernelArg{b.arg(l.view(dst.Buf, 0)), b.arg(l.view(a.Buf, 1)), b.arg(l.view(bv.Buf, 2))}
+		vec := ewVec4(l, dt.Size(), args[:])
+		key := pkey(kernel, cUint(0, uint32(op)), cBool(1, len(l.shape) == 1), cBool(3, vec))
+		b.runEW(label, key, ewVec4Threads(l.numel(), vec), args[0], args[1], args[2], bytesArg(p))
 	})
+}
+
+// ewVec4 reports whether an elementwise layout (Copy, Binary, Unary,
+// UnaryGrad; args bound in layout order, the output first) takes the
+// kernels' vectorised loop (copy_vec4, binary_vec4, unary_vec4): one run (after coalescing) of
+// at least 4 elements, the output contiguous, every input contiguous or a
+// broadcast scalar, and every contiguous view bound at a byte offset that
+// is a multiple of 4 elements of size bytes (the vector loads' and
+// stores' alignment).
+func ewVec4(l layout, size int, args []kernelArg) bool {
+	if noVec4.Load() || len(l.shape) != 1 || l.shape[0] < 4 || l.strides[0][0] != 1 {
+		return false
+	}
+	for v, a := range args {
+		st := l.strides[v][0]
+		if st != 0 && st != 1 {
+			return false
+		}
+		if st == 1 && a.drv.Offset%(4*size) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ewVec4Threads is the threads an elementwise call over n elements wants:
+// one per element, or on the vector loop one per 4 (and the tail's).
+func ewVec4Threads(n int, vec bool) int {
+	if vec {
+		return (n + 3) / 4
+	}
+	return n
 }
 
 // Where computes dst = cond ≠ 0 ? a : b with broadcast views: dst, a and b

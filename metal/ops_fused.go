@@ -41,9 +41,12 @@ var (
 	}()
 	sumSquaresAddKey = pkey(kSumSquares, cBool(0, false))
 
-	// adamw_f32's pipelines without and with the clip state (constant 1).
-	kAdamWPlain = pkey(kAdamW, cBool(1, false))
-	kAdamWClip  = pkey(kAdamW, cBool(1, true))
+	// adamw_f32's pipelines without and with the clip state (constant 1),
+	// by the vector loop (constant 2: adamwKeys[clipped][vec]).
+	adamwKeys = [2][2]driver.PipelineKey{
+		{pkey(kAdamW, cBool(1, false), cBool(2, false)), pkey(kAdamW, cBool(1, false), cBool(2, true))},
+		{pkey(kAdamW, cBool(1, true), cBool(2, false)), pkey(kAdamW, cBool(1, true), cBool(2, true))},
+	}
 )
 
 // fusedKernels lists the kernels of this file by dtype (for the tests).
@@ -219,10 +222,23 @@ func (b *Backend) adamw(param, grad, m, v, state backend.View, p backend.AdamWPa
 		Decay:  splitF64(1 - p.LR*p.WeightDecay),
 		StepSz: splitF64(p.LR / (1 - math.Pow(p.Beta1, t))),
 	}
-	key, label := kAdamWPlain, kAdamW
+	label := kAdamW
 	if clipped {
-		key, label = kAdamWClip, kAdamWClipped
+		label = kAdamWClipped
 	}
+	// param, grad, m and v are contiguous (checkFused): the vector loop
+	// needs them 16-byte aligned, as one run of ≥ 4 elements.
+	args := [4]kernelArg{b.arg(param), b.arg(grad), b.arg(m), b.arg(v)}
+	vec := ewVec4(layout{shape: []int{n}, strides: [][]int{{1}, {1}, {1}, {1}}}, 4, args[:])
 	// Unclipped, buffer 5 is bound to a placeholder the kernel never reads.
-	b.runEW(label, key, n, b.arg(param), b.arg(grad), b.arg(m), b.arg(v), bytesArg(ap), b.arg(state))
+	b.runEW(label, adamwKeys[b2i(clipped)][b2i(vec)], ewVec4Threads(n, vec), args[0], args[1], args[2], args[3],
+		bytesArg(ap), b.arg(state))
+}
+
+// b2i is 1 for true, 0 for false (an index).
+func b2i(x bool) int {
+	if x {
+		return 1
+	}
+	return 0
 }

@@ -36,11 +36,14 @@ package metal
 //   - no split when S < 2. The chunk is ⌈steps/S⌉ MM_BK-steps and S is
 //     recomputed from it, so no split is empty.
 //
-// G comes from the driver when it knows the GPU's core count (an optional
-// GPUCores method); otherwise mmDefaultCores (16: between an M-series base
-// chip's 8–10 cores and a Max's 30–40 — too low a guess only under-splits
-// a large GPU, too high over-splits a small one, which costs scratch
-// traffic but no correctness). FORGE_METAL_MATMUL=nosplit turns split-K off.
+// G is mmGroupsPerCore times the GPU's core count: FORGE_METAL_GPU_CORES
+// when set; else the driver's (the optional driver.GPUCores — the Metal
+// driver looks the device's name up in a table of Apple's chips, taking
+// the fewest cores a chip ships with: an M1 Pro counts as 14 whether it has
+// 14 or 16); else mmDefaultCores (16: between an M-series base chip's
+// 7–10 cores and a Max's 24–40 — too low a guess only under-splits a large
+// GPU, too high over-splits a small one, which costs scratch traffic but
+// no correctness). FORGE_METAL_MATMUL=nosplit turns split-K off.
 //
 // # Tensor ops (matmul2d)
 //
@@ -83,6 +86,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -119,6 +123,24 @@ var naiveMatMul atomic.Bool
 
 // noSplitK turns split-K off: FORGE_METAL_MATMUL=nosplit; tests compare.
 var noSplitK atomic.Bool
+
+// envGPUCores is FORGE_METAL_GPU_CORES, the GPU's core count as the user
+// states it (0: not set), ahead of the driver's.
+var envGPUCores = parseGPUCores(os.Getenv("FORGE_METAL_GPU_CORES"))
+
+// parseGPUCores reads a FORGE_METAL_GPU_CORES value: a positive count, or
+// 0 for an empty value and, said on stderr, for anything else.
+func parseGPUCores(s string) int {
+	if strings.TrimSpace(s) == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n <= 0 || n > 1<<16 {
+		fmt.Fprintf(os.Stderr, "metal: FORGE_METAL_GPU_CORES=%q is not a GPU core count; ignored (set it to a positive number, e.g. 38, or unset it)\n", s)
+		return 0
+	}
+	return n
+}
 
 // The tiled path (matmulPath): matmul2d by the device's level (auto), never
 // (FORGE_METAL_MATMUL=simdgroup) or wherever the device runs tensor ops
@@ -235,18 +257,23 @@ func (b *Backend) tryPipeline(key driver.PipelineKey) (p driver.Pipeline, err er
 	return b.pipelineFor(key), nil
 }
 
-// gpuCores is implemented by drivers that know the GPU's core count.
-type gpuCores interface{ GPUCores() int }
-
-// matmulGroups is G, the matmul threadgroups the device runs at once.
-func (b *Backend) matmulGroups() int {
-	if c, ok := b.drv.(gpuCores); ok {
+// gpuCores returns the GPU's core count as the split-K rule takes it:
+// FORGE_METAL_GPU_CORES, else the driver's (driver.GPUCores), else
+// mmDefaultCores.
+func (b *Backend) gpuCores() int {
+	if envGPUCores > 0 {
+		return envGPUCores
+	}
+	if c, ok := b.drv.(driver.GPUCores); ok {
 		if n := c.GPUCores(); n > 0 {
-			return n * mmGroupsPerCore
+			return n
 		}
 	}
-	return mmDefaultCores * mmGroupsPerCore
+	return mmDefaultCores
 }
+
+// matmulGroups is G, the matmul threadgroups the device runs at once.
+func (b *Backend) matmulGroups() int { return b.gpuCores() * mmGroupsPerCore }
 
 // splitKPlan returns how many K chunks to split an M × N × K product of one
 // matrix into (1: no split) and the chunk length (a multiple of mmBK), by

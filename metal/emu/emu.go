@@ -218,6 +218,7 @@ type Driver struct {
 	closed   bool
 
 	tensorOps atomic.Int32 // the driver.TensorOpsLevel reported (TensorOps)
+	gpuCores  atomic.Int32 // the core count reported (GPUCores)
 }
 
 var (
