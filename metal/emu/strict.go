@@ -213,7 +213,7 @@ func namesSomething(toks []token, i int) bool {
 	switch {
 	case prev.kind == tIdent:
 		switch prev.text {
-		case "struct", "class", "union", "enum", "typename", "using", "namespace", "typedef":
+		case "struct", "class", "union", "enum", "typename", "using", "namespace":
 			return true
 		}
 		if nonTypeWords[prev.text] {

@@ -88,6 +88,7 @@ func TestStrictAccepts(t *testing.T) {
 		"void f(threadgroup float* t) { threadgroup float s[4]; threadgroup float* p = t; s[0] = p[0]; }",
 		"float h(float x) { return x; }\nfloat4 h(float4 v) { return float4(h(v.x), h(v.y), h(v.z), h(v.w)); }", // overloads
 		"simdgroup_matrix<half, 8, 8> m; vec<float, 4> v; matrix<float, 2, 2> w;",
+		"template <typename T> void f(const device T* x) { typedef vec<T, 4> T4; T4 a = ((const device T4*)x)[0]; }",
 		"float f(float a, float b) { return a * float(b) + (a > b ? half(a) : half(b)); }",
 		"void f() { for (uint i = 0; i < 4; i++) { } }",
 		"void f(thread float& c, device const float* p, threadgroup float* t) { const device float* q = p; thread float* r = &c; device uint* u = (device uint*)p; }",
