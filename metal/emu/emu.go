@@ -103,7 +103,8 @@
 //     is optional, and one that only gates an optional buffer is not read.
 //     The check is lexical: a type's member functions and function
 //     templates are not followed (a specialisation need not read what the
-//     template reads).
+//     template reads); a read there of an unset constant fails the
+//     dispatch that makes it, naming the constant.
 //
 // A pipeline's MaxThreads is 1024, or the kernel's
 // [[max_total_threads_per_threadgroup(N)]], or lower by Options.MaxThreads

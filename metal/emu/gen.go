@@ -10,7 +10,7 @@ import (
 
 // generatorVersion changes whenever the generated code changes shape; it is
 // part of the library cache key.
-const generatorVersion = "metal-emu-gen-6"
+const generatorVersion = "metal-emu-gen-7"
 
 // program is the set of kernel files, analysed, with every launchable
 // kernel numbered in the order of the generated kernel table.

@@ -138,3 +138,17 @@ func TestThreadgroupMemoryLimit(t *testing.T) {
 		t.Errorf("tg_fits: out[63] = %v, want 64", got[63])
 	}
 }
+
+// TestUnsetFunctionConstantRead: a read of an unset constant that the
+// pipeline check cannot see fails the dispatch, naming the constant.
+func TestUnsetFunctionConstantRead(t *testing.T) {
+	d := testDriver(t)
+	out := f32buf(t, d, make([]float32, 4))
+	err := run(d, pipe(t, d, "fc_hidden"), [3]int{1, 1, 1}, [3]int{4, 1, 1}, bufArg(out))
+	if err == nil || !strings.Contains(err.Error(), "function constant lim_hidden (index 4) is read, but the pipeline does not set it") {
+		t.Errorf("unset constant read: err = %v", err)
+	}
+	if err := run(d, pipe(t, d, "fc_hidden", driver.Constant{Index: 4, Type: driver.UInt32, Bits: 9}), [3]int{1, 1, 1}, [3]int{4, 1, 1}, bufArg(out)); err != nil {
+		t.Errorf("set: %v", err)
+	}
+}

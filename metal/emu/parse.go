@@ -1130,8 +1130,11 @@ func parseConstantDecl(file, src string, toks []token, i int, fcNames map[string
 		name := decl[k-1].text
 		typ := joinToks(decl[:k-1])
 		fc := &funcConst{Name: name, Type: typ, Index: idx, Line: toks[i].line}
-		text := fmt.Sprintf("static const %s& %s = *reinterpret_cast<const %s*>(&::forge_rt_fc_bits[%d]); enum : unsigned { forge_fcidx_%s = %d };",
-			typ, name, typ, idx, name, idx)
+		// A read of a constant the dispatch's pipeline does not set fails
+		// the dispatch (Pipeline refuses the kernels that visibly read it;
+		// this catches reads through templates and types).
+		text := fmt.Sprintf("struct forge_fcr_%s { operator %s() const { if (!::forge_rt_fc_def[%d]) ::forge_rt_fault(\"function constant %s (index %d) is read, but the pipeline does not set it\", __FILE__, __LINE__); return *reinterpret_cast<const %s*>(&::forge_rt_fc_bits[%d]); } }; static const forge_fcr_%s %s{}; enum : unsigned { forge_fcidx_%s = %d };",
+			name, typ, idx, name, idx, typ, idx, name, name, name, idx)
 		text += strings.Repeat("\n", strings.Count(src[toks[i].off:toks[j].end], "\n"))
 		return fc, nil, &edit{toks[i].off, toks[j].end, text}, j, nil
 	}

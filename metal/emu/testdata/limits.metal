@@ -56,3 +56,14 @@ kernel void tg_sized(device float* out [[buffer(0)]],
 template [[host_name("tg_fits")]] kernel void tg_sized<float, 8176>(device float*, uint);      // 32704 + 16 bytes
 template [[host_name("tg_over_by_pad")]] kernel void tg_sized<half, 16377>(device float*, uint); // 32754 → 32768, + 16
 template [[host_name("tg_over")]] kernel void tg_sized<float4, 4096>(device float*, uint);     // 65536 + 16
+
+// fc_hidden reads a constant through a type's member, which Pipeline's
+// lexical check does not follow: the read itself fails the dispatch.
+constant uint lim_hidden [[function_constant(4)]];
+template <typename T> struct LimRead {
+    static uint get() { return lim_hidden; }
+};
+kernel void fc_hidden(device uint* out [[buffer(0)]],
+                      uint gid [[thread_position_in_grid]]) {
+    out[gid] = LimRead<float>::get();
+}
