@@ -256,9 +256,10 @@ func (s attnDims) fast() bool {
 }
 
 // attnGroups returns the simdgroups per threadgroup for n rows (8 each,
-// at most attnSG) and the number of threadgroups that covers them.
-func attnGroups(n int) (nsg, groups int) {
-	nsg = min(attnSG, (n+7)/8)
+// at most attnSG and as many as maxThreads, the pipeline's maximum, allows)
+// and the number of threadgroups that covers them.
+func attnGroups(n, maxThreads int) (nsg, groups int) {
+	nsg = max(1, min(attnSG, (n+7)/8, maxThreads/32))
 	rows := 8 * nsg
 	return nsg, (n + rows - 1) / rows
 }
@@ -362,13 +363,14 @@ func (b *Backend) attnRun(c *attnCall, part attnPart) {
 	}
 	name := kAttnFastBy[part][s.D/8][c.dt]
 	key := pkey(name, cBool(0, c.causal))
-	nsg, nblocks := attnGroups(rows)
+	pipe := b.pipelineFor(key)
+	nsg, nblocks := attnGroups(rows, pipe.MaxThreads())
 	for b0 := 0; b0 < s.B; b0 += attnBatchChunk {
 		prm := c.prm
 		nb := min(attnBatchChunk, s.B-b0)
 		prm.B = uint32(nb)
 		n := bind(c.at(b0, s, c.prm), prm)
-		b.run(name, key, [3]int{nblocks, heads, nb}, [3]int{32 * nsg, 1, 1}, args[:n]...)
+		b.runPipe(name, key, pipe, [3]int{nblocks, heads, nb}, [3]int{32 * nsg, 1, 1}, args[:n]...)
 	}
 }
 
@@ -412,7 +414,10 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout backend.
 		defer b.Free(buf) // reused only after the command buffer completes
 		c.delta = backend.View{Buf: buf, Shape: []int{qn}, Strides: []int{1}}
 		name := kAttnDeltaBy[dt]
-		b.run(name, pkey(name), rowGrid((qn+attnDeltaRows-1)/attnDeltaRows), [3]int{32 * attnDeltaRows, 1, 1},
+		dkey := pkey(name)
+		dpipe := b.pipelineFor(dkey)
+		rows := max(1, min(attnDeltaRows, dpipe.MaxThreads()/32)) // one simdgroup a row
+		b.runPipe(name, dkey, dpipe, rowGrid((qn+rows-1)/rows), [3]int{32 * rows, 1, 1},
 			b.arg(c.delta), b.arg(out), b.arg(dout), bytesArg(prm))
 		b.attnRun(c, attnDQ)
 	}

@@ -450,27 +450,44 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 			q.ABs[d] = int32(sub.strides[1][d])
 			q.BBs[d] = int32(sub.strides[2][d])
 		}
+		tkey := pkey(kn.tiled, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
+			cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, accumulate))
 		if !naive && len(sub.shape) == 0 {
-			if s, chunk := b.splitKPlan(m, n, k); s > 1 {
+			if s, chunk := b.splitKPlan(m, n, k); s > 1 && b.pipelineFor(splitKKey(kn, m, n, k, aTrans, bTrans)).MaxThreads() >= mmThreads {
 				b.matmulSplitK(kn, sub.view(bufs[0], 0), sub.view(bufs[1], 1), sub.view(bufs[2], 2), q, s, chunk, aTrans, bTrans, accumulate)
 				return
 			}
 		}
 		c, av, bv := b.arg(sub.view(bufs[0], 0)), b.arg(sub.view(bufs[1], 1)), b.arg(sub.view(bufs[2], 2))
-		if naive {
+		if tensorOps && !naive && b.runMatMul2D(kn, q, nz, aTrans, bTrans, accumulate, c, av, bv) {
+			return
+		}
+		var tp driver.Pipeline
+		if !naive {
+			tp = b.pipelineFor(tkey)
+		}
+		if naive || tp.MaxThreads() < mmThreads {
+			// (A pipeline that cannot run the tiled kernel's simdgroups
+			// takes the reference kernel: exact, slower.)
 			key := pkey(kn.naive, cBool(5, accumulate))
-			groups := [3]int{(n + mmNaiveTile - 1) / mmNaiveTile, (m + mmNaiveTile - 1) / mmNaiveTile, nz}
-			b.run(kn.naive, key, groups, [3]int{mmNaiveTile, mmNaiveTile, 1}, c, av, bv, bytesArg(q))
+			p := b.pipelineFor(key)
+			t := mmNaiveTile // one thread per element: any square tile the pipeline allows
+			for t > 1 && t*t > p.MaxThreads() {
+				t /= 2
+			}
+			groups := [3]int{(n + t - 1) / t, (m + t - 1) / t, nz}
+			b.runPipe(kn.naive, key, p, groups, [3]int{t, t, 1}, c, av, bv, bytesArg(q))
 			return
 		}
-		if tensorOps && b.runMatMul2D(kn, q, nz, aTrans, bTrans, accumulate, c, av, bv) {
-			return
-		}
-		key := pkey(kn.tiled, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
-			cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, accumulate))
 		groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, nz}
-		b.run(kn.tiledL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{mmThreads, 1, 1}, c, av, bv, bytesArg(q))
+		b.runPipe(kn.tiledL[layoutIndex(aTrans, bTrans)], tkey, tp, groups, [3]int{mmThreads, 1, 1}, c, av, bv, bytesArg(q))
 	})
+}
+
+// splitKKey is the pipeline of split-K's partial products.
+func splitKKey(kn matmulNames, m, n, k int, aTrans, bTrans bool) driver.PipelineKey {
+	return pkey(kn.splitK, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
+		cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, false))
 }
 
 // matmulSplitK runs one M × N × K product as s partial products over K
@@ -484,8 +501,7 @@ func (b *Backend) matmulSplitK(kn matmulNames, dst, a, bm backend.View, q matmul
 	q.KChunk, q.Splits = uint32(chunk), uint32(s)
 	pq := q
 	pq.CRs = int32(n) // the partials are rows of N
-	key := pkey(kn.splitK, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
-		cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, false))
+	key := splitKKey(kn, m, n, k, aTrans, bTrans)
 	groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, s}
 	b.run(kn.splitKL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{mmThreads, 1, 1},
 		b.arg(pv), b.arg(a), b.arg(bm), bytesArg(pq))

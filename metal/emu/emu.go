@@ -85,6 +85,35 @@
 //   - simdgroup_load's matrix_origin is taken in the source's coordinates
 //     (x = column, y = row), the transpose applied to the 8×8 block there.
 //
+// # Limits
+//
+// Pipeline refuses what Metal refuses when it creates a pipeline:
+//
+//   - static threadgroup memory over 32768 bytes (MaxThreadgroupMemory,
+//     maxThreadgroupMemoryLength on Apple silicon): the declarations in a
+//     kernel's body, per template instantiation, laid out with 16-byte
+//     alignment as the emulator's arena does (Metal's own padding is not
+//     known here). Declarations in helper functions are not counted there;
+//     the arena still refuses them, at the dispatch that reaches them.
+//   - a function constant the kernel reads that the key does not set
+//     (Metal: "compilation fails if you don't provide valid constant
+//     values for all required function constants"). Read means named in
+//     the kernel's body, in a non-template helper it names, or in a derived
+//     constant; a constant the file tests with is_function_constant_defined
+//     is optional, and one that only gates an optional buffer is not read.
+//     The check is lexical: a type's member functions and function
+//     templates are not followed (a specialisation need not read what the
+//     template reads); a read there of an unset constant fails the
+//     dispatch that makes it, naming the constant.
+//
+// A pipeline's MaxThreads is 1024, or the kernel's
+// [[max_total_threads_per_threadgroup(N)]], or lower by Options.MaxThreads
+// / KernelMaxThreads / $FORGE_EMU_MAX_THREADS — so tests can stand in for
+// a GPU whose pipeline reports less (register pressure); Apple documents
+// no lower bound, the emulator accepts multiples of 32 from 32. A dispatch
+// of more threads than its pipeline's maximum fails its command buffer.
+// None of these limits has been compared with a real GPU's.
+//
 // # Errors
 //
 // Open returns compile errors that name the .metal file and line, and
@@ -100,8 +129,10 @@
 // the newest clang++-NN on PATH); FORGE_EMU_THREADS the number of worker
 // threads (default GOMAXPROCS); FORGE_EMU_SCHEDULE is forward, reverse or
 // random:SEED; FORGE_EMU_TIMEOUT (e.g. 60s) is a watchdog that fails a
-// dispatch running longer (an endless loop) instead of hanging. Options set
-// explicitly take precedence. FORGE_EMU_NO_DIRECT=1 runs every kernel on
+// dispatch running longer (an endless loop) instead of hanging;
+// FORGE_EMU_MAX_THREADS (e.g. 256, or 256,softmax_rows_f32=64) lowers
+// pipelines' maximum threadgroup (see Limits). Options set explicitly take
+// precedence. FORGE_EMU_NO_DIRECT=1 runs every kernel on
 // fibers; FORGE_EMU_NO_FAULT_HANDLER=1 leaves fault signals alone.
 package emu
 
@@ -193,12 +224,68 @@ type Options struct {
 	// use of a set of sources takes seconds; later opens load the cached
 	// library).
 	Log io.Writer
+	// MaxThreads lowers the largest threadgroup of every pipeline (a real
+	// pipeline's maxTotalThreadsPerThreadgroup may be below the device's
+	// 1024, from register pressure), and KernelMaxThreads that of the
+	// kernels it names, so tests can prove the launchers adapt. Default
+	// $FORGE_EMU_MAX_THREADS: "256" for every kernel, or
+	// "256,softmax_rows=64" (a bare number for all, kernel=N for one).
+	// A kernel's [[max_total_threads_per_threadgroup(N)]] lowers it too.
+	MaxThreads       int
+	KernelMaxThreads map[string]int
 }
 
-// MaxThreads is the largest threadgroup; SIMDWidth the simdgroup width.
+// ParseMaxThreads parses a FORGE_EMU_MAX_THREADS setting: "256" (every
+// kernel), "softmax_rows=64,norm_rows=128" (those kernels) or both
+// ("256,softmax_rows=64").
+func ParseMaxThreads(s string) (all int, byKernel map[string]int, err error) {
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, val, named := strings.Cut(f, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if !named {
+			n, err = strconv.Atoi(name)
+		}
+		if err != nil {
+			return 0, nil, fmt.Errorf("%q is not N or kernel=N", f)
+		}
+		if err := checkMaxThreads(n); err != nil || n == 0 {
+			return 0, nil, fmt.Errorf("%q: %v", f, err)
+		}
+		if !named {
+			all = n
+			continue
+		}
+		if byKernel == nil {
+			byKernel = map[string]int{}
+		}
+		byKernel[strings.TrimSpace(name)] = n
+	}
+	return all, byKernel, nil
+}
+
+// checkMaxThreads accepts 0 (no limit) and the multiples of the SIMD width
+// up to MaxThreads. (Apple documents no lower bound for a pipeline's
+// maxTotalThreadsPerThreadgroup; below one simdgroup no kernel of ours
+// could run.)
+func checkMaxThreads(n int) error {
+	if n == 0 || n >= SIMDWidth && n <= MaxThreads && n%SIMDWidth == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d threads: want a multiple of %d from %d to %d", n, SIMDWidth, SIMDWidth, MaxThreads)
+}
+
+// MaxThreads is the device's largest threadgroup (a pipeline's may be
+// smaller); SIMDWidth the simdgroup width; MaxThreadgroupMemory the
+// threadgroup memory a kernel may use (maxThreadgroupMemoryLength: 32 KB
+// on every Apple silicon GPU family).
 const (
-	MaxThreads = 1024
-	SIMDWidth  = 32
+	MaxThreads           = 1024
+	SIMDWidth            = 32
+	MaxThreadgroupMemory = 32768
 )
 
 // Driver runs MSL kernels on the CPU. It implements driver.Driver.
@@ -209,6 +296,8 @@ type Driver struct {
 	compile compileResult
 
 	mu       sync.Mutex
+	maxAll   int            // Options.MaxThreads (0: MaxThreads)
+	maxBy    map[string]int // Options.KernelMaxThreads
 	threads  int
 	schedule Schedule
 	seed     uint64
@@ -273,6 +362,24 @@ func Open(sources map[string]string, opts Options) (*Driver, error) {
 	if d.threads > 256 {
 		d.threads = 256
 	}
+	d.maxAll, d.maxBy = opts.MaxThreads, opts.KernelMaxThreads
+	if d.maxAll == 0 && d.maxBy == nil {
+		if env := os.Getenv("FORGE_EMU_MAX_THREADS"); env != "" {
+			all, by, err := ParseMaxThreads(env)
+			if err != nil {
+				return nil, fmt.Errorf("metal-emu: FORGE_EMU_MAX_THREADS=%q: %v", env, err)
+			}
+			d.maxAll, d.maxBy = all, by
+		}
+	}
+	if err := checkMaxThreads(d.maxAll); err != nil {
+		return nil, fmt.Errorf("metal-emu: Options.MaxThreads: %v", err)
+	}
+	for k, n := range d.maxBy {
+		if err := checkMaxThreads(n); err != nil || n == 0 {
+			return nil, fmt.Errorf("metal-emu: maximum threads of kernel %s: %v", k, err)
+		}
+	}
 	d.timeout = opts.Timeout
 	if d.timeout == 0 {
 		if env := os.Getenv("FORGE_EMU_TIMEOUT"); env != "" {
@@ -301,6 +408,11 @@ func Open(sources map[string]string, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("metal-emu: %w", err)
 	}
 	d.prog = prog
+	for k := range d.maxBy {
+		if _, ok := prog.byName[k]; !ok {
+			return nil, fmt.Errorf("metal-emu: maximum threads set for kernel %s, which no source defines", k)
+		}
+	}
 	_, version, err := findClang()
 	if err != nil {
 		return nil, unavailable(err)
@@ -451,6 +563,7 @@ type pipeline struct {
 	key    driver.PipelineKey
 	id     int
 	kernel Kernel
+	max    int         // maxTotalThreadsPerThreadgroup
 	consts []uint32    // (index, bits) pairs
 	sizes  map[int]int // buffer index → sizeof the type bound by reference or value
 }
@@ -477,7 +590,7 @@ func (p *pipeline) constTrue(name string) bool {
 }
 
 func (p *pipeline) Key() driver.PipelineKey { return p.key }
-func (p *pipeline) MaxThreads() int         { return MaxThreads }
+func (p *pipeline) MaxThreads() int         { return p.max }
 func (p *pipeline) SIMDWidth() int          { return SIMDWidth }
 
 // constType maps a declared function-constant type to the seam's type.
@@ -516,6 +629,19 @@ func (d *Driver) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) {
 		}
 	}
 	p := &pipeline{d: d, key: driver.PipelineKey{Kernel: key.Kernel, Constants: append([]driver.Constant(nil), key.Constants...)}, id: id, kernel: k}
+	p.max = MaxThreads
+	if k.MaxThreads > 0 {
+		if k.MaxThreads > MaxThreads {
+			return nil, fmt.Errorf("metal-emu: %s:%d: kernel %s declares [[max_total_threads_per_threadgroup(%d)]], more than the device's %d", k.File, k.Line, k.Name, k.MaxThreads, MaxThreads)
+		}
+		p.max = k.MaxThreads
+	}
+	if d.maxAll > 0 {
+		p.max = min(p.max, d.maxAll)
+	}
+	if n := d.maxBy[k.Name]; n > 0 {
+		p.max = min(p.max, n)
+	}
 	p.sizes = map[int]int{}
 	for _, prm := range k.Params {
 		if prm.BufferIndex >= 0 && !prm.Pointer {
@@ -550,6 +676,14 @@ func (d *Driver) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) {
 			bits = 1
 		}
 		p.consts = append(p.consts, uint32(c.Index), bits)
+	}
+	if n := d.lib.tgBytes(id); n > MaxThreadgroupMemory {
+		return nil, fmt.Errorf("metal-emu: %s:%d: kernel %s declares %d bytes of threadgroup memory, more than Metal's %d (maxThreadgroupMemoryLength)", k.File, k.Line, k.Name, n, MaxThreadgroupMemory)
+	}
+	for _, fc := range fi.reads[kernelFunc(k)] {
+		if !seen[fc.Index] {
+			return nil, fmt.Errorf("metal-emu: pipeline %s: kernel %s reads function constant %s (%s:%d, index %d), which the key does not set; Metal refuses to create such a pipeline (set it, or read it only under is_function_constant_defined)", s, k.Name, fc.Name, fi.name, fc.Line, fc.Index)
+		}
 	}
 	d.pipes[s] = p
 	return p, nil
@@ -678,8 +812,8 @@ func (c *cmdBuf) runOne(disp *driver.Dispatch) error {
 		}
 		n *= t
 	}
-	if n > MaxThreads {
-		return fmt.Errorf("threadgroup of %v = %d threads exceeds %d", disp.Threads, n, MaxThreads)
+	if n > p.max {
+		return fmt.Errorf("threadgroup of %v = %d threads exceeds the pipeline's maximum %d (maxTotalThreadsPerThreadgroup)", disp.Threads, n, p.max)
 	}
 	for _, g := range disp.Groups {
 		if g < 0 || g > math.MaxUint32 {

@@ -10,7 +10,7 @@ import (
 
 // generatorVersion changes whenever the generated code changes shape; it is
 // part of the library cache key.
-const generatorVersion = "metal-emu-gen-5"
+const generatorVersion = "metal-emu-gen-7"
 
 // program is the set of kernel files, analysed, with every launchable
 // kernel numbered in the order of the generated kernel table.
@@ -92,6 +92,9 @@ func buildProgram(sources map[string]string) (*program, error) {
 			}
 			entries.WriteString(");\n}\n")
 			fmt.Fprintf(&externs, "extern \"C\" void forge_k_%d(const forge_thread_info* t) { forge_f%d::forge_entry_%d(t); }\n", id, fi, id)
+			// The static threadgroup memory of the kernel's function (the
+			// declarations in its body, registered when the library loads).
+			fmt.Fprintf(&externs, "extern \"C\" long forge_tgb_%d() { return ::forge_rt_tg_static_bytes(reinterpret_cast<const void*>(&forge_f%d::%s)); }\n", id, fi, k.fn)
 			// The sizes of the types bound by reference or value, so the Go
 			// side can check the bytes bound to a `constant Params&`.
 			fmt.Fprintf(&externs, "extern \"C\" long forge_psize_%d(int index) {\n    switch (index) {\n", id)
@@ -154,6 +157,14 @@ func buildProgram(sources map[string]string) (*program, error) {
 	t.WriteString("extern \"C\" __attribute__((visibility(\"default\"))) long forge_emu_param_size(long kernel, long index) {\n    switch (kernel) {\n")
 	for id := range p.kernels {
 		fmt.Fprintf(&t, "        case %d: return forge_psize_%d((int)index);\n", id, id)
+	}
+	t.WriteString("    }\n    return -1;\n}\n")
+	for id := range p.kernels {
+		fmt.Fprintf(&t, "extern \"C\" long forge_tgb_%d();\n", id)
+	}
+	t.WriteString("extern \"C\" __attribute__((visibility(\"default\"))) long forge_emu_tg_bytes(long kernel) {\n    switch (kernel) {\n")
+	for id := range p.kernels {
+		fmt.Fprintf(&t, "        case %d: return forge_tgb_%d();\n", id, id)
 	}
 	t.WriteString("    }\n    return -1;\n}\n")
 	fmt.Fprintf(&t, "extern \"C\" const int forge_emu_nkernels = %d;\n", len(p.kernels))

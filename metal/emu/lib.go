@@ -20,6 +20,7 @@ type lib struct {
 	benchSwap uintptr
 	abiCheck  uintptr
 	psize     uintptr
+	tgBytesFn uintptr
 }
 
 var (
@@ -44,7 +45,7 @@ func loadLib(path string) (*lib, error) {
 	for _, s := range []struct {
 		name string
 		p    *uintptr
-	}{{"forge_emu_launch", &l.launch}, {"forge_emu_reflect", &l.reflect}, {"forge_emu_bench_switch", &l.benchSwap}, {"forge_emu_abi_check", &l.abiCheck}, {"forge_emu_param_size", &l.psize}} {
+	}{{"forge_emu_launch", &l.launch}, {"forge_emu_reflect", &l.reflect}, {"forge_emu_bench_switch", &l.benchSwap}, {"forge_emu_abi_check", &l.abiCheck}, {"forge_emu_param_size", &l.psize}, {"forge_emu_tg_bytes", &l.tgBytesFn}} {
 		*s.p, err = purego.Dlsym(h, s.name)
 		if err != nil {
 			return nil, fmt.Errorf("metal-emu: %s: %w", path, err)
@@ -80,6 +81,13 @@ func (l *lib) names() ([]string, error) {
 // reference or value (-1 for a pointer or no such parameter).
 func (l *lib) paramSize(k, index int) int {
 	r, _, _ := purego.SyscallN(l.psize, uintptr(k), uintptr(index))
+	return int(int64(r))
+}
+
+// tgBytes is the static threadgroup memory of kernel k: the declarations
+// in its body, laid out as the arena does (-1 if unknown).
+func (l *lib) tgBytes(k int) int {
+	r, _, _ := purego.SyscallN(l.tgBytesFn, uintptr(k))
 	return int(int64(r))
 }
 

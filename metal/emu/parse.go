@@ -15,9 +15,13 @@ type Kernel struct {
 	File   string  // the .metal file
 	Line   int     // line of the declaration
 	Params []Param // in declaration order
+	// MaxThreads is N of [[max_total_threads_per_threadgroup(N)]], 0 if
+	// the kernel does not declare it.
+	MaxThreads int
 
 	fn       string // the C++ function to call ("name" or "name<float>")
 	template bool   // a template: only its instantiations are launchable
+	self     string // the function as its body names it ("name", "name<T, N>")
 }
 
 // Param is one kernel parameter.
@@ -287,13 +291,14 @@ func isIdentChar(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' }
 // fileInfo is what the generator needs to know about one .metal file.
 type fileInfo struct {
 	name    string
-	kernels []Kernel       // launchable kernels (non-template and instantiations)
-	consts  []funcConst    // [[function_constant(i)]] declarations
-	derived []derivedConst // program-scope constants computed from function constants
-	tgDecls []tgDecl       // block-scope threadgroup declarations
-	edits   []edit         // source rewrites
-	rdv     bool           // mentions a rendezvous function
-	direct  bool           // its kernels can run without fibers
+	kernels []Kernel               // launchable kernels (non-template and instantiations)
+	consts  []funcConst            // [[function_constant(i)]] declarations
+	derived []derivedConst         // program-scope constants computed from function constants
+	tgDecls []tgDecl               // block-scope threadgroup declarations
+	reads   map[string][]funcConst // function → the function constants it requires (requiredConsts)
+	edits   []edit                 // source rewrites
+	rdv     bool                   // mentions a rendezvous function
+	direct  bool                   // its kernels can run without fibers
 }
 
 type funcConst struct {
@@ -382,6 +387,7 @@ func analyze(file, src string) (*fileInfo, error) {
 	paren := 0   // paren/bracket depth
 	stmt := true // at the start of a statement
 	var fcNames = map[string]bool{}
+	self := "" // the kernel whose body the scan is in
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
 		if t.text == "[" {
@@ -397,6 +403,7 @@ func analyze(file, src string) (*fileInfo, error) {
 						} else {
 							fi.kernels = append(fi.kernels, *k)
 						}
+						self = k.self
 						i = next
 						continue
 					}
@@ -413,6 +420,9 @@ func analyze(file, src string) (*fileInfo, error) {
 		case t.kind == tPunct && t.text == "}":
 			depth--
 			stmt = true
+			if depth == 0 {
+				self = ""
+			}
 			continue
 		case t.kind == tPunct && t.text == ";":
 			stmt = paren == 0
@@ -459,6 +469,7 @@ func analyze(file, src string) (*fileInfo, error) {
 			} else {
 				fi.kernels = append(fi.kernels, *k)
 			}
+			self = k.self
 			i = next
 		case depth == 0 && wasStmt && t.text == "constant":
 			fc, d, e, next, err := parseConstantDecl(file, src, toks, i, fcNames)
@@ -478,7 +489,7 @@ func analyze(file, src string) (*fileInfo, error) {
 				stmt = true
 			}
 		case depth > 0 && wasStmt && t.text == "threadgroup":
-			d, e, next, err := parseTGDecl(file, src, toks, i)
+			d, e, next, err := parseTGDecl(file, src, toks, i, self)
 			if err != nil {
 				return nil, err
 			}
@@ -490,6 +501,7 @@ func analyze(file, src string) (*fileInfo, error) {
 			}
 		}
 	}
+	fi.reads = requiredConsts(toks, fi)
 	return fi, nil
 }
 
@@ -709,6 +721,7 @@ func needSpace(a, b token) bool {
 func parseKernelAt(file string, toks []token, start, i int) (*Kernel, int, error) {
 	// Was this preceded by a template header? Look back for `template <...>`.
 	isTemplate := false
+	var tparams []string // the template's parameter names
 	if j := start - 1; j >= 0 && toks[j].text == ">" {
 		d := 0
 		for k := j; k >= 0; k-- {
@@ -719,19 +732,67 @@ func parseKernelAt(file string, toks []token, start, i int) (*Kernel, int, error
 				if d == 0 {
 					if k > 0 && toks[k-1].text == "template" {
 						isTemplate = true
+						tparams = templateParamNames(toks[k+1 : j])
 					}
 					break
 				}
 			}
 		}
 	}
-	// skip attributes like [[max_total_threads_per_threadgroup(256)]]
+	// attributes like [[max_total_threads_per_threadgroup(256)]], before
+	// the return type (or, in the [[kernel]] form, among the first ones)
+	maxThreads := 0
+	scan := func(from, to int) error {
+		for a := from; a < to; a++ {
+			e, ok := attrAt(toks, a)
+			if !ok {
+				continue
+			}
+			for _, it := range attrItems(toks[a+2 : e-1]) {
+				if len(it) == 0 || it[0].text != "max_total_threads_per_threadgroup" {
+					continue
+				}
+				n, err := attrInt(it)
+				if err != nil || n <= 0 {
+					return errAt(file, it[0].line, "[[max_total_threads_per_threadgroup(...)]] needs a positive constant")
+				}
+				maxThreads = n
+			}
+			a = e
+		}
+		return nil
+	}
 	for {
 		if e, ok := attrAt(toks, i); ok {
 			i = e + 1
 			continue
 		}
 		break
+	}
+	// attributes right before `kernel` ([[max_total_threads_per_threadgroup(N)]] kernel void f)
+	from := start
+	for from >= 2 && toks[from-1].text == "]" && toks[from-2].text == "]" {
+		d, k := 0, from-1
+		for ; k >= 0; k-- {
+			if toks[k].text == "]" {
+				d++
+			} else if toks[k].text == "[" {
+				d--
+				if d == 0 {
+					break
+				}
+			}
+		}
+		if k < 0 {
+			break
+		}
+		if _, ok := attrAt(toks, k); !ok {
+			break
+		}
+		from = k
+	}
+	if err := scan(from, i); err != nil {
+		return nil, start, err
 	}
 	if i >= len(toks) || toks[i].text != "void" {
 		return nil, start, nil
@@ -752,7 +813,10 @@ func parseKernelAt(file string, toks []token, start, i int) (*Kernel, int, error
 	if next+1 < len(toks) && toks[next+1].text == ";" {
 		return nil, next + 1, nil // a declaration; the definition follows
 	}
-	k := &Kernel{Name: name.text, File: file, Line: toks[start].line, Params: params, fn: name.text, template: isTemplate}
+	k := &Kernel{Name: name.text, File: file, Line: toks[start].line, Params: params, MaxThreads: maxThreads, fn: name.text, template: isTemplate, self: name.text}
+	if isTemplate {
+		k.self += "<" + strings.Join(tparams, ", ") + ">"
+	}
 	return k, next, nil
 }
 
@@ -1021,7 +1085,7 @@ func parseInstantiation(file string, toks []token, i int, templates map[string]*
 			params[k].Name = t.Name
 		}
 	}
-	k := &Kernel{Name: host, File: file, Line: line, Params: params, fn: name + targs}
+	k := &Kernel{Name: host, File: file, Line: line, Params: params, MaxThreads: tmpl.MaxThreads, fn: name + targs}
 	return k, attrEdits, next, nil
 }
 
@@ -1066,8 +1130,11 @@ func parseConstantDecl(file, src string, toks []token, i int, fcNames map[string
 		name := decl[k-1].text
 		typ := joinToks(decl[:k-1])
 		fc := &funcConst{Name: name, Type: typ, Index: idx, Line: toks[i].line}
-		text := fmt.Sprintf("static const %s& %s = *reinterpret_cast<const %s*>(&::forge_rt_fc_bits[%d]); enum : unsigned { forge_fcidx_%s = %d };",
-			typ, name, typ, idx, name, idx)
+		// A read of a constant the dispatch's pipeline does not set fails
+		// the dispatch (Pipeline refuses the kernels that visibly read it;
+		// this catches reads through templates and types).
+		text := fmt.Sprintf("struct forge_fcr_%s { operator %s() const { if (!::forge_rt_fc_def[%d]) ::forge_rt_fault(\"function constant %s (index %d) is read, but the pipeline does not set it\", __FILE__, __LINE__); return *reinterpret_cast<const %s*>(&::forge_rt_fc_bits[%d]); } }; static const forge_fcr_%s %s{}; enum : unsigned { forge_fcidx_%s = %d };",
+			name, typ, idx, name, idx, typ, idx, name, name, name, idx)
 		text += strings.Repeat("\n", strings.Count(src[toks[i].off:toks[j].end], "\n"))
 		return fc, nil, &edit{toks[i].off, toks[j].end, text}, j, nil
 	}
@@ -1111,8 +1178,12 @@ func parseConstantDecl(file, src string, toks []token, i int, fcNames map[string
 // parseTGDecl recognises a block-scope `threadgroup T name[N]...;`
 // declaration (no pointer, no initializer) and returns its rewrite to a slot
 // of the threadgroup's arena; site numbers are assigned by the generator
-// (the text holds a placeholder).
-func parseTGDecl(file, src string, toks []token, i int) (*tgDecl, *edit, int, error) {
+// (the text holds a placeholder). In the body of a kernel (self, as the
+// body names the function), the rewrite also records the declaration's
+// size for that function — per instantiation of a template — when the
+// library loads, so that Pipeline can check the kernel's static
+// threadgroup memory against Metal's limit before any dispatch.
+func parseTGDecl(file, src string, toks []token, i int, self string) (*tgDecl, *edit, int, error) {
 	j := i + 1
 	inDims := false
 	for j < len(toks) && toks[j].text != ";" && toks[j].text != "=" && toks[j].text != "{" && (toks[j].text != "(" || inDims) {
@@ -1180,6 +1251,46 @@ func parseTGDecl(file, src string, toks []token, i int) (*tgDecl, *edit, int, er
 	// (No "T (" in the text: vector type names are function-like macros.)
 	text := fmt.Sprintf("auto& %s = *(::forge_emu::ptr<threadgroup %s%s>)::forge_rt_tg_slot(@SITE@, sizeof(%s%s), %s, __builtin_FILE(), __builtin_LINE());",
 		name, typ, dims, typ, dims, al)
+	if self != "" {
+		text += fmt.Sprintf(" (void)::forge_emu::tg_static<&%s, @SITE@, sizeof(%s%s), %s>::reg;", self, typ, dims, al)
+	}
 	text += strings.Repeat("\n", strings.Count(src[toks[i].off:toks[j].end], "\n"))
 	return d, &edit{toks[i].off, toks[j].end, text}, j, nil
+}
+
+// templateParamNames returns the names declared by a template parameter
+// list (`typename T, int N = 4` → T, N).
+func templateParamNames(toks []token) []string {
+	var names []string
+	d := 0
+	last := ""
+	inDefault := false
+	flush := func() {
+		if last != "" {
+			names = append(names, last)
+		}
+		last, inDefault = "", false
+	}
+	for _, t := range toks {
+		switch t.text {
+		case "<", "(", "[":
+			d++
+		case ">", ")", "]":
+			d--
+		case ",":
+			if d == 0 {
+				flush()
+				continue
+			}
+		case "=":
+			if d == 0 {
+				inDefault = true
+			}
+		}
+		if d == 0 && !inDefault && t.kind == tIdent {
+			last = t.text
+		}
+	}
+	flush()
+	return names
 }

@@ -246,6 +246,51 @@ extern "C" void* forge_rt_tg_slot(unsigned site, unsigned long size, unsigned lo
     return w->arena + off;
 }
 
+// Static threadgroup declarations of kernel bodies, registered by the
+// library's initializers (one thread: dlopen).
+namespace {
+struct TGStatic {
+    const void* fn;
+    unsigned site;
+    unsigned long size, align;
+};
+enum { TG_STATIC_MAX = 8192 };
+TGStatic tg_static[TG_STATIC_MAX];
+int tg_nstatic;
+bool tg_static_overflow;
+}  // namespace
+
+extern "C" int forge_rt_tg_static(const void* fn, unsigned site, unsigned long size, unsigned long align) {
+    for (int i = 0; i < tg_nstatic; i++)
+        if (tg_static[i].fn == fn && tg_static[i].site == site) return 0;
+    if (tg_nstatic == TG_STATIC_MAX) {
+        tg_static_overflow = true;
+        return 0;
+    }
+    tg_static[tg_nstatic++] = TGStatic{fn, site, size, align};
+    return 0;
+}
+
+extern "C" long forge_rt_tg_static_bytes(const void* fn) {
+    if (tg_static_overflow) return -1;
+    // the function's declarations in site (source) order, aligned as
+    // forge_rt_tg_slot lays them out
+    unsigned long used = 0;
+    long last = -1;
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < tg_nstatic; i++)
+            if (tg_static[i].fn == fn && (long)tg_static[i].site > last &&
+                (best < 0 || tg_static[i].site < tg_static[best].site))
+                best = i;
+        if (best < 0) break;
+        unsigned long a = tg_static[best].align < 16 ? 16 : tg_static[best].align;
+        used = ((used + a - 1) & ~(a - 1)) + tg_static[best].size;
+        last = tg_static[best].site;
+    }
+    return (long)used;
+}
+
 extern "C" unsigned forge_rt_lane(void) {
     Worker* w = tls_w;
     return w->cur ? w->cur->info.tiisg : 0;

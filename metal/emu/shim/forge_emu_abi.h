@@ -55,6 +55,12 @@ const void* forge_rt_simd(const void* in, unsigned size, int arg, forge_simd_fn 
 // when the threadgroup starts using it).
 void* forge_rt_tg_slot(unsigned site, unsigned long size, unsigned long align,
                        const char* file, unsigned line);
+// forge_rt_tg_static records, when the library loads, that the function
+// fn declares size bytes (aligned to align) of threadgroup memory at site;
+// forge_rt_tg_static_bytes sums a function's declarations as the arena
+// lays them out.
+int forge_rt_tg_static(const void* fn, unsigned site, unsigned long size, unsigned long align);
+long forge_rt_tg_static_bytes(const void* fn);
 // forge_rt_lane is the calling thread's thread_index_in_simdgroup.
 unsigned forge_rt_lane(void);
 // forge_rt_fault reports an error found by the shim (e.g. an unsupported

@@ -84,6 +84,11 @@ FORGE_VEC(ulong)
 #undef FORGE_VEC
 
 namespace forge_emu {
+// tg_static<&kernel, site, size, align>::reg records a threadgroup
+// declaration of a kernel's body at load time (see forge_rt_tg_static).
+template <auto F, unsigned S, unsigned long N, unsigned long A> struct tg_static {
+    static inline const int reg = ::forge_rt_tg_static(reinterpret_cast<const void*>(F), S, N, A);
+};
 template <class T> struct vt { static constexpr int n = 1; typedef T E; static constexpr bool is_vec = false; };
 template <class T, int N> struct vt<T __attribute__((ext_vector_type(N)))> {
     static constexpr int n = N; typedef T E; static constexpr bool is_vec = true;
