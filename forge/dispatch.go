@@ -172,7 +172,7 @@ func SetObserver(obs Observer) Observer {
 
 // kcall is what an op knows about a kernel before launching it.
 type kcall struct {
-	in, out []*Tensor // the tensors it reads and writes (for Observer.Tensors)
+	in, out operands // the tensors it reads and writes (for Observer.Tensors)
 	name    string
 	dt      DType
 	shapes  [][]int
@@ -214,20 +214,33 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 		obs.Kernel(c)
 	}
 	if obs.Tensors != nil {
-		obs.Tensors(c, k.in, k.out)
+		in, out := k.in, k.out
+		obs.Tensors(c, in.t[:in.n], out.t[:out.n])
 	}
 }
 
-// tensors lists the operands of a kernel for Observer.Tensors, leaving out
-// the optional ones that are nil.
-func tensors(ts ...*Tensor) []*Tensor {
-	out := make([]*Tensor, 0, len(ts))
+// operands are the tensors a kernel reads or writes, for Observer.Tensors:
+// a value, so that listing them allocates nothing at the many launches no
+// observer hears.
+type operands struct {
+	t [6]*Tensor
+	n int
+}
+
+// tensors lists the operands of a kernel, leaving out the optional ones
+// that are nil.
+func tensors(ts ...*Tensor) operands {
+	var o operands
 	for _, t := range ts {
 		if t != nil {
-			out = append(out, t)
+			if o.n == len(o.t) {
+				panic(errorf("launch", "internal: a kernel with more than %d operands", len(o.t)))
+			}
+			o.t[o.n] = t
+			o.n++
 		}
 	}
-	return out
+	return o
 }
 
 // shapesOf lists the shapes of ts for a kernel record.
