@@ -1,7 +1,5 @@
 package forge
 
-import "github.com/forgeml/forge/forge/backend"
-
 // node records the op that produced a tensor: its differentiable inputs and
 // the rule mapping the output's gradient to theirs.
 type node struct {
@@ -151,7 +149,7 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 
 	order := topoSort(t)
 	grads := map[*Tensor]gradEntry{t: {t: g}}
-	mem := backwardMemory{bw: bw, refs: map[backend.Buffer]int{}, own: map[backend.Buffer]*Tensor{}}
+	mem := backwardMemory{bw: bw, refs: map[*Tensor]int{}}
 	mem.ref(g)
 	for i := len(order) - 1; i >= 0; i-- {
 		u := order[i]
@@ -218,45 +216,33 @@ func (t *Tensor) Backward(grad ...*Tensor) {
 }
 
 // backwardMemory frees, during Backward, the gradients it has consumed
-// and the temporaries of the rules: memory Backward allocated (in its
-// arena) that no pending gradient shares and no leaf keeps as its Grad.
-// refs counts the pending gradients (the entries of Backward's map) by
-// the buffer they are views of; a rule may return its upstream gradient
-// or a view of it, so several entries can share one buffer.
+// and the temporaries of the rules: memory Backward allocated (tracked by
+// its arena) that no pending gradient shares and no leaf keeps as its
+// Grad (pinned). refs counts the pending gradients (the entries of
+// Backward's map) by the tensor owning their memory; a rule may return its
+// upstream gradient or a view of it, so several entries can share one.
 type backwardMemory struct {
-	bw      *arena
-	refs    map[backend.Buffer]int
-	own     map[backend.Buffer]*Tensor // Backward's allocations by buffer
-	scanned int                        // bw.allocs seen so far
-	cand    []backend.Buffer
+	bw   *arena
+	refs map[*Tensor]int
+	cand []*Tensor
 }
 
-func (m *backwardMemory) ref(t *Tensor) { m.refs[t.buf]++ }
+func (m *backwardMemory) ref(t *Tensor) { m.refs[t.storageOwner()]++ }
 
 func (m *backwardMemory) unref(t *Tensor) {
-	if m.refs[t.buf]--; m.refs[t.buf] <= 0 {
-		delete(m.refs, t.buf)
+	o := t.storageOwner()
+	if m.refs[o]--; m.refs[o] <= 0 {
+		delete(m.refs, o)
 	}
-	m.cand = append(m.cand, t.buf)
+	m.cand = append(m.cand, o)
 }
 
 // freeDead frees the candidates (gradients unreferenced since the last
 // call, and the allocations since bw.allocs[mark]) that are dead.
 func (m *backwardMemory) freeDead(mark int) {
-	for ; m.scanned < len(m.bw.allocs); m.scanned++ {
-		t := m.bw.allocs[m.scanned]
-		m.own[t.buf] = t
-	}
-	for _, t := range m.bw.allocs[mark:] {
-		m.cand = append(m.cand, t.buf)
-	}
-	for _, b := range m.cand {
-		if m.refs[b] > 0 || m.bw.kept[b] {
-			continue
-		}
-		if o := m.own[b]; o != nil {
+	for _, o := range append(m.cand, m.bw.allocs[mark:]...) {
+		if o.arena == m.bw && !o.pinned && m.refs[o] == 0 {
 			o.release(freedByBackward)
-			delete(m.own, b)
 		}
 	}
 	m.cand = m.cand[:0]

@@ -28,7 +28,6 @@ import "github.com/forgeml/forge/forge/backend"
 // arena records the tensors allocated while a Collect (or a Backward) runs.
 type arena struct {
 	allocs []*Tensor
-	kept   map[backend.Buffer]bool
 	parent *arena
 }
 
@@ -43,15 +42,16 @@ func pushArena() *arena {
 }
 
 // pop ends a: it frees what free says to, and hands the rest (except
-// kept and pinned buffers) to the enclosing arena.
+// pinned tensors) to the enclosing arena.
 func (a *arena) pop(free bool) {
 	curArena = a.parent
 	for _, t := range a.allocs {
 		switch {
-		case t.freedBy != "" || a.kept[t.buf]:
+		case t.freedBy != "" || t.pinned:
 		case free:
 			t.release(freedByCollect)
 		case a.parent != nil:
+			t.arena = a.parent
 			a.parent.allocs = append(a.parent.allocs, t)
 		}
 	}
@@ -60,21 +60,15 @@ func (a *arena) pop(free bool) {
 
 // track records a newly allocated tensor in the innermost arena.
 func track(t *Tensor) {
-	if curArena != nil {
-		curArena.allocs = append(curArena.allocs, t)
+	if a := curArena; a != nil {
+		t.arena = a
+		a.allocs = append(a.allocs, t)
 	}
 }
 
-// pin exempts t's memory from every enclosing arena: it outlives them all
-// (a leaf's gradient).
-func pin(t *Tensor) {
-	for a := curArena; a != nil; a = a.parent {
-		if a.kept == nil {
-			a.kept = map[backend.Buffer]bool{}
-		}
-		a.kept[t.buf] = true
-	}
-}
+// pin exempts t's memory from every arena: it outlives them all (a
+// leaf's gradient, a kept tensor).
+func pin(t *Tensor) { t.storageOwner().pinned = true }
 
 // What freed a tensor's memory, for the message of a later use.
 const (

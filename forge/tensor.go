@@ -171,10 +171,13 @@ type Tensor struct {
 	pendingZero *zeroSpans
 
 	// owner is the tensor that allocated buf, for a view (nil for the
-	// owner itself); freedBy, on the owner, says what freed buf ("" while
-	// it is live).
+	// owner itself). On the owner: freedBy says what freed buf ("" while
+	// it is live), arena is the innermost Collect or Backward tracking it
+	// (memory.go), and pinned exempts it from them all.
 	owner   *Tensor
 	freedBy string
+	arena   *arena
+	pinned  bool
 }
 
 // newTensor allocates a contiguous tensor on dev.
