@@ -8,7 +8,6 @@ import (
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/train"
-	"github.com/forgeml/forge/metal/driver"
 )
 
 // recBackends are fake-driver backends whose command buffers complete at
@@ -140,21 +139,22 @@ func TestPoolBudgetFromWorkingSet(t *testing.T) {
 	d := newFakeDriver()
 	d.workingSet = 10 << 30
 	for _, c := range []struct {
-		drv  driver.Driver
+		ws   int64
 		env  string
 		want int64
 	}{
-		{d, "", 10 << 30 / 10 * 9},
-		{d, "512", 512 << 20},
-		{d, "junk", 10 << 30 / 10 * 9},
-		{newFakeDriver(), "", 4 << 30},
+		{10 << 30, "", 10 << 30 / 10 * 9},
+		{10 << 30, "512", 512 << 20},
+		{10 << 30, "junk", 10 << 30 / 10 * 9},
+		{0, "", 4 << 30},
 	} {
-		if got := poolBudget(c.drv, c.env); got != c.want {
-			t.Errorf("working set %d, FORGE_METAL_POOL_MB=%q: budget %d, want %d", c.drv.(*fakeDriver).workingSet, c.env, got, c.want)
+		if got := poolBudget(c.ws, c.env); got != c.want {
+			t.Errorf("working set %d, FORGE_METAL_POOL_MB=%q: budget %d, want %d", c.ws, c.env, got, c.want)
 		}
 	}
-	if st := New(d).PoolStats(); st.Budget != 10<<30/10*9 {
-		t.Errorf("PoolStats.Budget = %d", st.Budget)
+	b := New(d)
+	if st := b.PoolStats(); st.Budget != 10<<30/10*9 || b.Memory().Budget != 10<<30 {
+		t.Errorf("PoolStats.Budget = %d, Memory().Budget = %d", st.Budget, b.Memory().Budget)
 	}
 }
 

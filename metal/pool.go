@@ -103,7 +103,10 @@ type pool struct {
 	currentSerial uint64
 	slabs         map[*slab]struct{}
 	budget        int64
-	poison        bool
+	// workingSet is the device's recommended working set (0: unknown),
+	// read once: the driver asks the GPU for it.
+	workingSet int64
+	poison     bool
 
 	st PoolStats
 
@@ -142,7 +145,10 @@ func (p *pool) init(drv driver.Driver) {
 	p.current = map[int][]*block{}
 	p.carving = map[int]*slab{}
 	p.slabs = map[*slab]struct{}{}
-	p.budget = poolBudget(drv, os.Getenv("FORGE_METAL_POOL_MB"))
+	if ws, ok := drv.(driver.WorkingSet); ok {
+		p.workingSet = max(ws.RecommendedWorkingSet(), 0)
+	}
+	p.budget = poolBudget(p.workingSet, os.Getenv("FORGE_METAL_POOL_MB"))
 	p.st.Budget = p.budget
 	p.poison = os.Getenv("FORGE_METAL_POOL_POISON") == "1"
 }
@@ -150,16 +156,14 @@ func (p *pool) init(drv driver.Driver) {
 // poolBudget is the pool's budget: FORGE_METAL_POOL_MB (env) if set, else
 // nine tenths of the device's recommended working set (the rest for what
 // is not pooled: pipelines, the driver's own buffers), else 4 GiB.
-func poolBudget(drv driver.Driver, env string) int64 {
+func poolBudget(workingSet int64, env string) int64 {
 	if env != "" {
 		if mb, err := strconv.Atoi(env); err == nil && mb > 0 {
 			return int64(mb) << 20
 		}
 	}
-	if ws, ok := drv.(driver.WorkingSet); ok {
-		if n := ws.RecommendedWorkingSet(); n > 0 {
-			return n / 10 * 9
-		}
+	if workingSet > 0 {
+		return workingSet / 10 * 9
 	}
 	return 4096 << 20
 }
@@ -522,11 +526,7 @@ func (b *Backend) Trim() int64 {
 // recommended working set (0 if the driver does not know it).
 func (b *Backend) Memory() backend.MemoryStats {
 	st := b.PoolStats()
-	var ws int64
-	if w, ok := b.drv.(driver.WorkingSet); ok {
-		ws = w.RecommendedWorkingSet()
-	}
-	return backend.MemoryStats{Live: st.Live, Peak: st.PeakLive, Held: st.Bytes, Budget: ws}
+	return backend.MemoryStats{Live: st.Live, Peak: st.PeakLive, Held: st.Bytes, Budget: b.pool.workingSet}
 }
 
 // ResetPeak restarts the pool's peak statistics (Peak, PeakLive) from the

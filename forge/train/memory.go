@@ -71,8 +71,9 @@ func (c Config) CheckMemory() error {
 	need := c.MemoryNeeded()
 	avail, ok := availableMemory()
 	of := "of memory is available"
-	if dev := forge.DefaultDevice(); dev.Memory().Budget > 0 && (!ok || dev.Memory().Budget < avail) {
-		avail, ok = dev.Memory().Budget, true
+	dev := forge.DefaultDevice()
+	if budget := dev.Memory().Budget; budget > 0 && (!ok || budget < avail) {
+		avail, ok = budget, true
 		of = "is the " + dev.Name() + " device's memory budget (the GPU's recommended working set)"
 	}
 	if !ok || need.Total() <= float64(avail) {
