@@ -151,22 +151,20 @@ func buildProgram(sources map[string]string) (*program, error) {
 		fmt.Fprintf(&t, "    {%s, forge_k_%d, %d},\n", strconv.Quote(k.Name), id, d)
 	}
 	t.WriteString("    {nullptr, nullptr, 0},\n};\n")
-	for id := range p.kernels {
-		fmt.Fprintf(&t, "extern \"C\" long forge_psize_%d(int);\n", id)
+	// byKernel writes the exported export(exportParams), which calls the
+	// kernel's own fn_<id>(params) with args.
+	byKernel := func(fn, params, export, exportParams, args string) {
+		for id := range p.kernels {
+			fmt.Fprintf(&t, "extern \"C\" long %s_%d(%s);\n", fn, id, params)
+		}
+		fmt.Fprintf(&t, "extern \"C\" __attribute__((visibility(\"default\"))) long %s(%s) {\n    switch (kernel) {\n", export, exportParams)
+		for id := range p.kernels {
+			fmt.Fprintf(&t, "        case %d: return %s_%d(%s);\n", id, fn, id, args)
+		}
+		t.WriteString("    }\n    return -1;\n}\n")
 	}
-	t.WriteString("extern \"C\" __attribute__((visibility(\"default\"))) long forge_emu_param_size(long kernel, long index) {\n    switch (kernel) {\n")
-	for id := range p.kernels {
-		fmt.Fprintf(&t, "        case %d: return forge_psize_%d((int)index);\n", id, id)
-	}
-	t.WriteString("    }\n    return -1;\n}\n")
-	for id := range p.kernels {
-		fmt.Fprintf(&t, "extern \"C\" long forge_tgb_%d();\n", id)
-	}
-	t.WriteString("extern \"C\" __attribute__((visibility(\"default\"))) long forge_emu_tg_bytes(long kernel) {\n    switch (kernel) {\n")
-	for id := range p.kernels {
-		fmt.Fprintf(&t, "        case %d: return forge_tgb_%d();\n", id, id)
-	}
-	t.WriteString("    }\n    return -1;\n}\n")
+	byKernel("forge_psize", "int", "forge_emu_param_size", "long kernel, long index", "(int)index")
+	byKernel("forge_tgb", "", "forge_emu_tg_bytes", "long kernel", "")
 	fmt.Fprintf(&t, "extern \"C\" const int forge_emu_nkernels = %d;\n", len(p.kernels))
 	fmt.Fprintf(&t, "extern \"C\" const int forge_emu_nsites = %d;\n", p.nsites)
 	p.units["forge_kernel_table.cpp"] = t.String()
