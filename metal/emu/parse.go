@@ -280,6 +280,40 @@ func skipIfZero(src string, i int) int {
 	return len(src)
 }
 
+// closing returns the index of the close token matching the open token at
+// toks[i] (brackets of one kind, nested), or len(toks) if it never closes.
+func closing(toks []token, i int, open, close string) int {
+	d := 0
+	for ; i < len(toks); i++ {
+		switch toks[i].text {
+		case open:
+			d++
+		case close:
+			if d--; d == 0 {
+				return i
+			}
+		}
+	}
+	return len(toks)
+}
+
+// opening returns the index of the open token matching the close token at
+// toks[i], searching backwards, or -1 if there is none.
+func opening(toks []token, i int, open, close string) int {
+	d := 0
+	for ; i >= 0; i-- {
+		switch toks[i].text {
+		case close:
+			d++
+		case open:
+			if d--; d == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 func isIdentStart(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
@@ -772,17 +806,7 @@ func parseKernelAt(file string, toks []token, start, i int) (*Kernel, int, error
 	// attributes right before `kernel` ([[max_total_threads_per_threadgroup(N)]] kernel void f)
 	from := start
 	for from >= 2 && toks[from-1].text == "]" && toks[from-2].text == "]" {
-		d, k := 0, from-1
-		for ; k >= 0; k-- {
-			if toks[k].text == "]" {
-				d++
-			} else if toks[k].text == "[" {
-				d--
-				if d == 0 {
-					break
-				}
-			}
-		}
+		k := opening(toks, from-1, "[", "]")
 		if k < 0 {
 			break
 		}

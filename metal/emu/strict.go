@@ -280,7 +280,7 @@ func functions(toks []token) []function {
 				continue
 			}
 			if name, at, ok := definedName(toks, i); ok {
-				end := matchBrace(toks, i)
+				end := min(closing(toks, i, "{", "}"), len(toks)-1)
 				fns = append(fns, function{name: name, nameTok: at, start: i, end: end})
 				stack = append(stack, true)
 				continue
@@ -307,18 +307,7 @@ func definedName(toks []token, open int) (string, int, bool) {
 			continue
 		}
 		if toks[j].text == "]" && j > 0 && toks[j-1].text == "]" { // [[attr]]
-			d := 0
-			for ; j >= 0; j-- {
-				if toks[j].text == "]" {
-					d++
-				} else if toks[j].text == "[" {
-					d--
-					if d == 0 {
-						break
-					}
-				}
-			}
-			j--
+			j = opening(toks, j, "[", "]") - 1
 			continue
 		}
 		break
@@ -326,18 +315,7 @@ func definedName(toks []token, open int) (string, int, bool) {
 	if j < 0 || toks[j].text != ")" {
 		return "", 0, false
 	}
-	d := 0
-	for ; j >= 0; j-- {
-		if toks[j].text == ")" {
-			d++
-		} else if toks[j].text == "(" {
-			d--
-			if d == 0 {
-				break
-			}
-		}
-	}
-	j--
+	j = opening(toks, j, "(", ")") - 1
 	if j < 0 || toks[j].kind != tIdent {
 		return "", 0, false
 	}
@@ -349,22 +327,6 @@ func definedName(toks []token, open int) (string, int, bool) {
 		return "operator " + toks[j].text, j, true
 	}
 	return toks[j].text, j, true
-}
-
-func matchBrace(toks []token, open int) int {
-	d := 0
-	for i := open; i < len(toks); i++ {
-		switch toks[i].text {
-		case "{":
-			d++
-		case "}":
-			d--
-			if d == 0 {
-				return i
-			}
-		}
-	}
-	return len(toks) - 1
 }
 
 // recursion refuses a function that calls itself, directly or through
@@ -543,17 +505,7 @@ func explicitSpaces(toks []token, fns []function, fail func(token, string, ...an
 		if tokAt(toks, open).text != "(" {
 			continue
 		}
-		close := open
-		for d := 0; close < len(toks); close++ {
-			if toks[close].text == "(" {
-				d++
-			} else if toks[close].text == ")" {
-				d--
-				if d == 0 {
-					break
-				}
-			}
-		}
+		close := closing(toks, open, "(", ")")
 		start, angle, paren := open+1, 0, 0
 		for j := open + 1; j <= close; j++ {
 			s := toks[j].text
