@@ -1,7 +1,6 @@
 package repl
 
 import (
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -35,25 +34,7 @@ func startOnCPU(t *testing.T) {
 func TestDeviceTranscript(t *testing.T) {
 	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
 	startOnCPU(t)
-	s, out, dir := newTestSession(t)
-	script, err := os.ReadFile("testdata/device.forge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := transcript(t, s, out, strings.ReplaceAll(string(script), "$DIR", dir), dir)
-	golden := "testdata/device.golden"
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test ./repl -run TestDeviceTranscript -update)", err)
-	}
-	if got != string(want) {
-		t.Errorf("transcript differs from %s (go test ./repl -run TestDeviceTranscript -update rewrites it):\n%s", golden, diff(string(want), got))
-	}
+	goldenTranscript(t, "device")
 }
 
 // TestDeviceMoveKeepsTraining: a run moved to another device mid-way

@@ -107,15 +107,18 @@ func normalize(input, out string) string {
 	return out
 }
 
-func TestTranscript(t *testing.T) {
-	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+// goldenTranscript runs testdata/<name>.forge in a new session and
+// compares its transcript with testdata/<name>.golden (-update rewrites
+// it), returning the transcript and the session's directory.
+func goldenTranscript(t *testing.T, name string) (got, dir string) {
+	t.Helper()
 	s, out, dir := newTestSession(t)
-	script, err := os.ReadFile("testdata/session.forge")
+	script, err := os.ReadFile("testdata/" + name + ".forge")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := transcript(t, s, out, strings.ReplaceAll(string(script), "$DIR", dir), dir)
-	golden := "testdata/session.golden"
+	got = transcript(t, s, out, strings.ReplaceAll(string(script), "$DIR", dir), dir)
+	golden := "testdata/" + name + ".golden"
 	if *update {
 		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -123,11 +126,17 @@ func TestTranscript(t *testing.T) {
 	}
 	want, err := os.ReadFile(golden)
 	if err != nil {
-		t.Fatalf("%v (run go test ./repl -run TestTranscript -update)", err)
+		t.Fatalf("%v (run go test ./repl -run %s -update)", err, t.Name())
 	}
 	if got != string(want) {
-		t.Errorf("transcript differs from %s (go test ./repl -run TestTranscript -update rewrites it):\n%s", golden, diff(string(want), got))
+		t.Errorf("transcript differs from %s (go test ./repl -run %s -update rewrites it):\n%s", golden, t.Name(), diff(string(want), got))
 	}
+	return got, dir
+}
+
+func TestTranscript(t *testing.T) {
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	got, dir := goldenTranscript(t, "session")
 	// Every error is one line, and the session went on after each.
 	for _, l := range strings.Split(got, "\n") {
 		if strings.HasPrefix(l, "error: ") && strings.Contains(l, "goroutine") {
