@@ -44,6 +44,51 @@ func WithPhase(p Phase, fn func()) {
 	fn()
 }
 
+// Independent runs fn, whose kernels are independent of one another, so
+// that a device may run them at the same time: on Metal, in one
+// concurrent-dispatch region of the command buffer instead of one after
+// the other (the optimizer's per-parameter updates, and the per-gradient
+// sums of squares of a clip, are such kernels). It is a hint that never
+// changes a result: the backend still orders a kernel after an earlier
+// one of fn whose memory it reads or writes, where either writes. Like
+// the phase, it is process-wide: call the ops from the goroutine that
+// called Independent. Calls nest; the outermost ends the region.
+func Independent(fn func()) {
+	indep.depth++
+	defer func() {
+		indep.depth--
+		if indep.depth == 0 {
+			devs := indep.devs
+			indep.devs = nil
+			for _, d := range devs {
+				d.b.Concurrent(false)
+			}
+		}
+	}()
+	fn()
+}
+
+// indep is the state of Independent: how deep the calls are, and the
+// devices told so far that their kernels are independent.
+var indep independence
+
+type independence struct {
+	depth int
+	devs  []*Device
+}
+
+// join tells d's backend, at d's first kernel inside Independent, that
+// the kernels are independent.
+func (s *independence) join(d *Device) {
+	for _, x := range s.devs {
+		if x == d {
+			return
+		}
+	}
+	s.devs = append(s.devs, d)
+	d.b.Concurrent(true)
+}
+
 // Scope runs fn with name pushed onto the scope path: kernels launched in
 // fn are reported with the enclosing scopes' names joined by "/"
 // ("blocks.2/attn"), and the scope itself is reported to the observer
@@ -187,6 +232,9 @@ type kcall struct {
 // alive until the kernel returns, so no buffer becomes unreachable (and,
 // on the CPU, recycled) while a kernel still uses it.
 func launch(d *Device, k kcall, fn func(b backend.Backend)) {
+	if indep.depth != 0 {
+		indep.join(d)
+	}
 	obs := observer.Load()
 	if obs == nil {
 		fn(d.b)

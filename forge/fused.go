@@ -233,9 +233,11 @@ func NewGradClipScaled(grads []*Tensor, maxNorm, lossScale float64) *GradClip {
 		gr := &c.groups[0]
 		if gr.dev.Supports(backend.KernelGradClip, gr.dt) {
 			sums := newTensor(gr.dev, statDType(gr.dt), []int{len(grads)})
-			for j, g := range grads {
-				sumSquaresInto(sums, j, g.Contiguous())
-			}
+			Independent(func() { // each sum writes its own element of sums
+				for j, g := range grads {
+					sumSquaresInto(sums, j, g.Contiguous())
+				}
+			})
 			gr.state = newTensor(gr.dev, gr.dev.b.ClipStateDType(gr.dt), []int{backend.ClipStateLen})
 			launch(gr.dev, kcall{in: tensors(sums), out: tensors(gr.state), name: op, dt: gr.dt, shapes: shapesOf(sums, gr.state), bytes: bytesOf(sums, gr.state), flops: int64(len(grads)) + 4},
 				func(be backend.Backend) {

@@ -224,6 +224,11 @@ func (b *Backend) Free(buf backend.Buffer) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.freeLocked(x)
+}
+
+// freeLocked is Free of a metal buffer, with mu held.
+func (b *Backend) freeLocked(x *Buffer) {
 	if x.blk == nil {
 		return
 	}
@@ -344,6 +349,9 @@ func (b *Backend) Sync() {
 type kernelArg struct {
 	drv driver.Arg
 	blk *block // nil for bytes
+	// lo, hi: the byte range of drv.Buf the view spans (to the end of its
+	// block for a view without a shape), for concurrent regions.
+	lo, hi int
 }
 
 // arg is the binding of view v's buffer starting at element v.Offset (byte
@@ -357,7 +365,7 @@ func (b *Backend) arg(v backend.View) kernelArg {
 		if b.dummy == nil {
 			b.dummy = b.allocLocked(align)
 		}
-		return kernelArg{driver.Arg{Buf: b.dummy.slab.buf, Offset: b.dummy.off}, b.dummy}
+		return kernelArg{driver.Arg{Buf: b.dummy.slab.buf, Offset: b.dummy.off}, b.dummy, b.dummy.off, b.dummy.off + b.dummy.size}
 	}
 	x := asBuffer("arg", v.Buf)
 	blk := x.block("kernel argument")
@@ -368,7 +376,32 @@ func (b *Backend) arg(v backend.View) kernelArg {
 	if off > blk.size {
 		panic(fmt.Sprintf("metal: arg: view offset %d beyond a buffer of %d elements", v.Offset, x.n))
 	}
-	return kernelArg{driver.Arg{Buf: blk.slab.buf, Offset: blk.off + off}, blk}
+	lo, hi := blk.off+off, blk.off+blk.size
+	if v.Shape != nil {
+		hi = lo + viewSpan(v)*x.dt.Size()
+	}
+	return kernelArg{driver.Arg{Buf: blk.slab.buf, Offset: blk.off + off}, blk, lo, hi}
+}
+
+// viewSpan is the number of elements from v's first to its last, +1 (0
+// for an empty view); a negative stride counts as its magnitude, which
+// overstates the span (safe for the overlap checks that use it).
+func viewSpan(v backend.View) int {
+	last := 0
+	for i, d := range v.Shape {
+		if d == 0 {
+			return 0
+		}
+		st := 1
+		if i < len(v.Strides) {
+			st = v.Strides[i]
+		}
+		if st < 0 {
+			st = -st
+		}
+		last += (d - 1) * st
+	}
+	return last + 1
 }
 
 // maxBytesArg is the largest setBytes block Metal accepts.

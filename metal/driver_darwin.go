@@ -99,6 +99,7 @@ var sel struct {
 	commandBuffer, computeEncoder, setPipeline, setBuffer, setBytes  objc.SEL
 	dispatchGroups, endEncoding, commit, waitUntilCompleted, status  objc.SEL
 	errorSel, gpuStart, gpuEnd                                       objc.SEL
+	encoderWithType, memoryBarrier                                   objc.SEL
 }
 
 // loadRuntime resolves the runtime and Metal symbols.
@@ -156,6 +157,7 @@ func resolveRuntime() error {
 	sel.endEncoding, sel.commit, sel.waitUntilCompleted = r("endEncoding"), r("commit"), r("waitUntilCompleted")
 	sel.status, sel.errorSel = r("status"), r("error")
 	sel.gpuStart, sel.gpuEnd = r("GPUStartTime"), r("GPUEndTime")
+	sel.encoderWithType, sel.memoryBarrier = r("computeCommandEncoderWithDispatchType:"), r("memoryBarrierWithScope:")
 	return nil
 }
 
@@ -662,7 +664,9 @@ func (d *metalDriver) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) 
 	return p, nil
 }
 
-// mtlCommandBuffer is a command buffer with one serial compute encoder.
+// mtlCommandBuffer is a command buffer with a serial compute encoder, or a
+// concurrent one inside a concurrent region (a new encoder each time the
+// kind changes: ending an encoder orders what follows after it).
 type mtlCommandBuffer struct {
 	cb, enc objc.ID
 	lastPSO objc.ID
@@ -672,6 +676,7 @@ type mtlCommandBuffer struct {
 	groups, threads [3]uint64
 
 	committed, finished bool
+	concurrent          bool // the encoder is a concurrent one
 	err                 error
 	gpu                 time.Duration
 }
@@ -735,6 +740,54 @@ func (c *mtlCommandBuffer) Commit() {
 		c.enc = 0
 		msg(c.cb, sel.commit)
 	})
+	c.concurrent = false
+}
+
+// MTLDispatchType and MTLBarrierScope values (MTLCommandBuffer.h,
+// MTLCommandEncoder.h).
+const (
+	dispatchSerial     = 0
+	dispatchConcurrent = 1
+	barrierBuffers     = 1
+)
+
+var _ driver.ConcurrentCommandBuffer = (*mtlCommandBuffer)(nil)
+
+// switchEncoder ends the current encoder and starts one of kind t.
+func (c *mtlCommandBuffer) switchEncoder(t uintptr) {
+	withPool(func() {
+		msg(c.enc, sel.endEncoding)
+		msg(c.enc, sel.release)
+		c.enc = msgID(c.cb, sel.encoderWithType, t)
+		msg(c.enc, sel.retain)
+	})
+	if c.enc == 0 {
+		panic("metal: could not create a compute encoder")
+	}
+	c.lastPSO = 0 // the pipeline state is the encoder's
+}
+
+func (c *mtlCommandBuffer) BeginConcurrent() {
+	if c.committed || c.concurrent {
+		panic("metal: BeginConcurrent after Commit or inside a concurrent region")
+	}
+	c.switchEncoder(dispatchConcurrent)
+	c.concurrent = true
+}
+
+func (c *mtlCommandBuffer) Barrier() {
+	if !c.concurrent {
+		panic("metal: Barrier outside a concurrent region")
+	}
+	withPool(func() { msg(c.enc, sel.memoryBarrier, barrierBuffers) })
+}
+
+func (c *mtlCommandBuffer) EndConcurrent() {
+	if !c.concurrent {
+		panic("metal: EndConcurrent outside a concurrent region")
+	}
+	c.switchEncoder(dispatchSerial)
+	c.concurrent = false
 }
 
 func (c *mtlCommandBuffer) Wait() error {

@@ -105,10 +105,15 @@ func (d *fakeDriver) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) {
 type fakeCB struct {
 	d          *fakeDriver
 	dispatches []driver.Dispatch
-	committed  bool
-	completed  bool
-	waits      int
-	err        error
+	// group[i]: dispatches[i]'s stretch of a concurrent region between
+	// barriers, numbered from 1 in the command buffer; 0 outside one.
+	group     []int
+	inRegion  bool
+	groups    int
+	committed bool
+	completed bool
+	waits     int
+	err       error
 }
 
 func (d *fakeDriver) NewCommandBuffer() driver.CommandBuffer {
@@ -140,6 +145,33 @@ func (c *fakeCB) Encode(ds driver.Dispatch) {
 	}
 	ds.Args = append([]driver.Arg(nil), ds.Args...)
 	c.dispatches = append(c.dispatches, ds)
+	g := 0
+	if c.inRegion {
+		g = c.groups
+	}
+	c.group = append(c.group, g)
+}
+
+func (c *fakeCB) BeginConcurrent() {
+	if c.committed || c.inRegion {
+		panic("fake: BeginConcurrent after Commit or inside a region")
+	}
+	c.inRegion = true
+	c.groups++
+}
+
+func (c *fakeCB) Barrier() {
+	if !c.inRegion {
+		panic("fake: Barrier outside a region")
+	}
+	c.groups++
+}
+
+func (c *fakeCB) EndConcurrent() {
+	if !c.inRegion {
+		panic("fake: EndConcurrent outside a region")
+	}
+	c.inRegion = false
 }
 
 func (c *fakeCB) Commit() {
@@ -147,6 +179,7 @@ func (c *fakeCB) Commit() {
 		panic("fake: Commit twice")
 	}
 	c.committed = true
+	c.inRegion = false
 	if !c.d.holdCompletion {
 		c.complete()
 	}

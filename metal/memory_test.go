@@ -20,10 +20,10 @@ func init() {
 	small := newFakeDriver()
 	small.name, small.workingSet = "metal-rec-1gb", 1<<30
 	backend.Register(small.name, func() (backend.Backend, error) { return New(small), nil })
-	for _, name := range []string{"metal-rec-gpt-10m", "metal-rec-gpt-25m"} {
+	for _, name := range []string{"metal-rec-gpt-10m", "metal-rec-gpt-25m", "metal-rec-concurrent"} {
 		d := newFakeDriver()
 		d.name, d.holdCompletion = name, false
-		d.keepless = true
+		d.keepless = name != "metal-rec-concurrent" // which keeps the dispatches to look at
 		b := New(d)
 		// Nothing computes here, and poisoning would touch (really
 		// allocate) every page of the fake's gigabytes.

@@ -29,6 +29,9 @@ type stream struct {
 
 	inflight []submitted // committed, not yet known to be complete, in order
 
+	region region      // the concurrent region (concurrent.go)
+	rst    RegionStats // its counts
+
 	profile bool          // one command buffer per kernel, waited for
 	gpuTime time.Duration // profile mode: device time of the kernels run
 
@@ -75,10 +78,31 @@ func (b *Backend) run(label string, key driver.PipelineKey, groups, threads [3]i
 // runPipe is run with key's pipeline already looked up (by a launcher that
 // sized the grid from it: one cache lookup per dispatch).
 func (b *Backend) runPipe(label string, key driver.PipelineKey, pipe driver.Pipeline, groups, threads [3]int, args ...kernelArg) {
+	d, ok := checkDispatch(label, key, pipe, groups, threads, args)
+	if !ok {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.encodeLocked(d)
+}
+
+// dispatch is one checked kernel launch.
+type dispatch struct {
+	label           string
+	kernel          string
+	pipe            driver.Pipeline
+	groups, threads [3]int
+	args            []kernelArg
+	dargs           []driver.Arg
+}
+
+// checkDispatch validates a launch; ok is false for an empty grid.
+func checkDispatch(label string, key driver.PipelineKey, pipe driver.Pipeline, groups, threads [3]int, args []kernelArg) (d dispatch, ok bool) {
 	for i, n := range groups {
 		if n <= 0 || threads[i] <= 0 {
 			if n == 0 {
-				return // an empty grid: nothing to run
+				return d, false // an empty grid: nothing to run
 			}
 			panic(fmt.Sprintf("metal: %s: bad grid %v × threadgroup %v", label, groups, threads))
 		}
@@ -97,8 +121,12 @@ func (b *Backend) runPipe(label string, key driver.PipelineKey, pipe driver.Pipe
 	if label == "" {
 		label = key.String()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	return dispatch{label, key.Kernel, pipe, groups, threads, args, dargs}, true
+}
+
+// encodeLocked encodes d into the current command buffer (started if
+// there is none).
+func (b *Backend) encodeLocked(d dispatch) {
 	s := &b.stream
 	if s.profile && s.cur != nil {
 		b.syncLocked() // work queued outside a timed launch is not timed
@@ -109,27 +137,32 @@ func (b *Backend) runPipe(label string, key driver.PipelineKey, pipe driver.Pipe
 	}
 	// The buffers are used by this command buffer: stamped here, in the
 	// critical section that encodes, so that no commit can come between.
-	for _, a := range args {
+	for _, a := range d.args {
 		if a.blk != nil {
 			a.blk.use = s.serial
 			a.blk.bound = true
 		}
 	}
-	s.cur.Encode(driver.Dispatch{Pipeline: pipe, Args: dargs, Groups: groups, Threads: threads, Label: label})
-	s.labels = append(s.labels, label)
+	b.enterRegionLocked(d.kernel, d.args)
+	s.cur.Encode(driver.Dispatch{Pipeline: d.pipe, Args: d.dargs, Groups: d.groups, Threads: d.threads, Label: d.label})
+	s.labels = append(s.labels, d.label)
 	s.st.Dispatches++
 	if s.profile {
-		cb := s.commitLocked()
+		cb := b.commitLocked()
 		b.waitLocked(cb)
 		s.gpuTime += cb.cb.GPUTime()
 	}
 }
 
-// commitLocked commits the current command buffer (which must exist) and
-// returns it as submitted.
-func (s *stream) commitLocked() submitted {
+// commitLocked commits the current command buffer (which must exist),
+// after the dispatches a concurrent region deferred, and returns it as
+// submitted.
+func (b *Backend) commitLocked() submitted {
+	b.flushDeferredLocked()
+	s := &b.stream
 	sub := submitted{cb: s.cur, serial: s.serial, labels: s.labels}
-	s.cur.Commit()
+	s.cur.Commit() // which ends an open concurrent region
+	s.resetRegion()
 	s.inflight = append(s.inflight, sub)
 	s.cur = nil
 	s.labels = nil
@@ -174,7 +207,7 @@ func (b *Backend) waitLocked(upto submitted) {
 func (b *Backend) syncLocked() {
 	s := &b.stream
 	if s.cur != nil {
-		s.commitLocked()
+		b.commitLocked()
 	}
 	if len(s.inflight) > 0 {
 		s.st.Syncs++
@@ -186,7 +219,7 @@ func (b *Backend) syncLocked() {
 // flushLocked commits the current command buffer without waiting for it.
 func (b *Backend) flushLocked() {
 	if b.stream.cur != nil {
-		b.stream.commitLocked()
+		b.commitLocked()
 	}
 }
 

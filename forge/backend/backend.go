@@ -532,6 +532,14 @@ type Backend interface {
 	// ResetPeak starts Memory's peak again from the live bytes now.
 	// Default: nothing.
 	ResetPeak()
+	// Concurrent says whether the kernels called from now on are
+	// independent of one another: a hint that they may run at the same
+	// time (on Metal, in a concurrent-dispatch region of the command
+	// buffer), set by package forge around forge.Independent. The hint
+	// never changes results: a backend that acts on it still orders a
+	// kernel after any earlier one of the region whose memory it reads or
+	// writes, where either writes. Default: nothing (kernels run in order).
+	Concurrent(on bool)
 }
 
 // MemoryStats is a backend's device memory, in bytes. Live and Peak

@@ -31,3 +31,6 @@ func (Unimplemented) Memory() MemoryStats { return MemoryStats{} }
 
 // ResetPeak does nothing.
 func (Unimplemented) ResetPeak() {}
+
+// Concurrent does nothing: kernels run in the order they are called.
+func (Unimplemented) Concurrent(bool) {}

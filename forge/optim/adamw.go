@@ -196,43 +196,48 @@ func (o *AdamW) step1(c *forge.GradClip) {
 	bc2Sqrt := math.Sqrt(1 - math.Pow(b2, t))
 	stepSize := lr / bc1
 	forge.WithPhase(forge.PhaseOptimizer, func() {
-		forge.NoGrad(func() {
-			for i, p := range o.params {
-				g := p.Grad()
-				if g == nil {
-					continue
-				}
-				m, v := o.m[i], o.v[i]
-				if p.IsContiguous() && m.IsContiguous() && v.IsContiguous() && g.DType() == p.DType() {
-					// One fused kernel: m, v and the parameter in one pass.
-					ap := forge.AdamWParams{LR: lr, Beta1: b1, Beta2: b2, Eps: eps, WeightDecay: o.decay[i], Step: o.step}
-					if c != nil {
-						forge.AdamWUpdateClipped(p, g, m, v, c, ap)
-					} else {
-						forge.AdamWUpdate(p, g, m, v, ap)
-					}
-					continue
-				}
-				if c != nil {
-					// The composed update needs the clip on the host.
-					if c.Skipped() {
-						continue
-					}
-					if coef := c.Coef(); coef != 1 {
-						g = g.MulScalar(coef)
-					}
-				}
-				m.CopyFrom(m.MulScalar(b1).Add(g.MulScalar(1 - b1)))
-				v.CopyFrom(v.MulScalar(b2).Add(g.Square().MulScalar(1 - b2)))
-				denom := v.Sqrt().DivScalar(bc2Sqrt).AddScalar(eps)
-				w := p
-				if wd := o.decay[i]; wd != 0 {
-					w = p.MulScalar(1 - lr*wd)
-				}
-				p.CopyFrom(w.Sub(m.Div(denom).MulScalar(stepSize)))
-			}
-		})
+		// Each parameter's update touches only its own parameter, gradient
+		// and moments: a device may run them at once.
+		forge.NoGrad(func() { forge.Independent(func() { o.update(c, lr, b1, b2, eps, bc2Sqrt, stepSize) }) })
 	})
+}
+
+// update queues the per-parameter updates of step1.
+func (o *AdamW) update(c *forge.GradClip, lr, b1, b2, eps, bc2Sqrt, stepSize float64) {
+	for i, p := range o.params {
+		g := p.Grad()
+		if g == nil {
+			continue
+		}
+		m, v := o.m[i], o.v[i]
+		if p.IsContiguous() && m.IsContiguous() && v.IsContiguous() && g.DType() == p.DType() {
+			// One fused kernel: m, v and the parameter in one pass.
+			ap := forge.AdamWParams{LR: lr, Beta1: b1, Beta2: b2, Eps: eps, WeightDecay: o.decay[i], Step: o.step}
+			if c != nil {
+				forge.AdamWUpdateClipped(p, g, m, v, c, ap)
+			} else {
+				forge.AdamWUpdate(p, g, m, v, ap)
+			}
+			continue
+		}
+		if c != nil {
+			// The composed update needs the clip on the host.
+			if c.Skipped() {
+				continue
+			}
+			if coef := c.Coef(); coef != 1 {
+				g = g.MulScalar(coef)
+			}
+		}
+		m.CopyFrom(m.MulScalar(b1).Add(g.MulScalar(1 - b1)))
+		v.CopyFrom(v.MulScalar(b2).Add(g.Square().MulScalar(1 - b2)))
+		denom := v.Sqrt().DivScalar(bc2Sqrt).AddScalar(eps)
+		w := p
+		if wd := o.decay[i]; wd != 0 {
+			w = p.MulScalar(1 - lr*wd)
+		}
+		p.CopyFrom(w.Sub(m.Div(denom).MulScalar(stepSize)))
+	}
 }
 
 // AdamWState is an AdamW's state for checkpointing: the step count and the

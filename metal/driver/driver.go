@@ -142,6 +142,24 @@ type CommandBuffer interface {
 	GPUTime() time.Duration
 }
 
+// ConcurrentCommandBuffer is a CommandBuffer that can run dispatches
+// without ordering them against each other (an optional interface: the
+// backend checks for it with a type assertion). The dispatches encoded
+// between BeginConcurrent and EndConcurrent form a concurrent region (on
+// Metal, a compute encoder of MTLDispatchTypeConcurrent): they may run in
+// any order or at once, so none may write memory another of them reads or
+// writes unless a Barrier separates them. The region as a whole runs after
+// every dispatch encoded before it and before every one encoded after it.
+// Commit ends an open region.
+type ConcurrentCommandBuffer interface {
+	CommandBuffer
+	BeginConcurrent()
+	// Barrier orders the region's dispatches encoded after it after
+	// those encoded before it (memoryBarrierWithScope: buffers).
+	Barrier()
+	EndConcurrent()
+}
+
 // Driver runs kernels. Implementations are safe for use by one goroutine
 // at a time (the backend serialises access).
 type Driver interface {

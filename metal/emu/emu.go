@@ -694,11 +694,17 @@ func (d *Driver) Pipeline(key driver.PipelineKey) (driver.Pipeline, error) {
 type cmdBuf struct {
 	d          *Driver
 	dispatches []driver.Dispatch
-	committed  bool
-	done       chan struct{}
-	err        error
-	gpu        time.Duration
-	stats      Stats
+	// group[i] is the concurrent group of dispatches[i] (concurrent.go):
+	// 0 outside a concurrent region, else the number of the region's
+	// stretch between barriers, counted from 1 in the command buffer.
+	group     []int
+	inRegion  bool
+	groups    int
+	committed bool
+	done      chan struct{}
+	err       error
+	gpu       time.Duration
+	stats     Stats
 }
 
 // Stats counts the scheduler's work for a command buffer.
@@ -729,6 +735,11 @@ func (c *cmdBuf) Encode(disp driver.Dispatch) {
 		}
 	}
 	c.dispatches = append(c.dispatches, disp)
+	g := 0
+	if c.inRegion {
+		g = c.groups
+	}
+	c.group = append(c.group, g)
 }
 
 func (c *cmdBuf) Commit() {
@@ -736,8 +747,10 @@ func (c *cmdBuf) Commit() {
 		panic("metal-emu: Commit twice")
 	}
 	c.committed = true
+	c.inRegion = false
 	d := c.d
 	d.mu.Lock()
+	order := c.order(d.schedule, d.seed)
 	prev := d.last
 	d.last = c.done
 	d.mu.Unlock()
@@ -746,7 +759,7 @@ func (c *cmdBuf) Commit() {
 			<-prev
 		}
 		start := time.Now()
-		c.err = c.run()
+		c.err = c.run(order)
 		c.gpu = time.Since(start)
 		close(c.done)
 	}()
@@ -780,8 +793,11 @@ func StatsOf(cb driver.CommandBuffer) Stats {
 	return Stats{}
 }
 
-func (c *cmdBuf) run() error {
-	for i := range c.dispatches {
+func (c *cmdBuf) run(order []int) error {
+	if err := c.checkRegions(); err != nil {
+		return err
+	}
+	for _, i := range order {
 		if err := c.runOne(&c.dispatches[i]); err != nil {
 			name := "?"
 			if p, ok := c.dispatches[i].Pipeline.(*pipeline); ok {
