@@ -85,11 +85,11 @@ test-metal-emu: test-metal-emu-forward test-metal-emu-reverse test-metal-emu-ran
 test-metal-emu-setup:
 	@scripts/setup.sh metal-emu
 test-metal-emu-forward: test-metal-emu-setup
-	FORGE_BACKEND=metal-emu FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 $(EMU_PKGS)
+	FORGE_BACKEND=metal-emu FORGE_METAL_POOL_POISON=1 $(GO) test -timeout 30m -count=1 $(EMU_PKGS)
 test-metal-emu-reverse: test-metal-emu-setup
-	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=reverse FORGE_EMU_TENSOR_OPS=0 FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
+	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=reverse FORGE_EMU_TENSOR_OPS=0 FORGE_METAL_POOL_POISON=1 $(GO) test -timeout 30m -count=1 ./metal/ ./forge/forgetest/
 test-metal-emu-random: test-metal-emu-setup
-	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=random:$(EMU_SEED) FORGE_METAL_POOL_POISON=1 $(GO) test -count=1 ./metal/ ./forge/forgetest/
+	FORGE_BACKEND=metal-emu FORGE_EMU_SCHEDULE=random:$(EMU_SEED) FORGE_METAL_POOL_POISON=1 $(GO) test -timeout 30m -count=1 ./metal/ ./forge/forgetest/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

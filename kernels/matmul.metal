@@ -59,7 +59,16 @@
 //   4 mm_align_k    (bool): K is a multiple of MM_BK.
 //   5 mm_accumulate (bool): dst += a@b (also used by matmul_naive_T and
 //                           matmul_reduce_T; false for matmul_splitk_T).
-// matmul_splitk_T takes constants 0–5 too.
+//   6 mm_vec_a      (bool): stage a four elements at a time along its
+//                           contiguous axis (one 16-byte load for float):
+//                           that axis has stride 1 and a length that is a
+//                           multiple of 4, and the other stride, the batch
+//                           strides and a's offset are multiples of 4, so
+//                           every vector is aligned and wholly inside or
+//                           outside the matrix. Otherwise (the edge path)
+//                           one element at a time.
+//   7 mm_vec_b      (bool): the same for b.
+// matmul_splitk_T takes constants 0–7 too.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -97,6 +106,8 @@ constant bool mm_align_m [[function_constant(2)]];
 constant bool mm_align_n [[function_constant(3)]];
 constant bool mm_align_k [[function_constant(4)]];
 constant bool mm_accumulate [[function_constant(5)]];
+constant bool mm_vec_a [[function_constant(6)]];
+constant bool mm_vec_b [[function_constant(7)]];
 
 // mm_batch_offsets sets the element offsets of batch z's matrices.
 static inline void mm_batch_offsets(constant MatMulParams& p, uint z, thread int& ao, thread int& bo, thread int& co) {
@@ -189,6 +200,83 @@ static inline void mm_frag_store(simdgroup_float8x8 acc, device TO* c, uint r, u
     mm_frag_store_safe(acc, c, r, q, p, sc, lane);
 }
 
+// mm_vec4 is the 4-vector of TI that mm_stage_vec_* move.
+template <typename TI> using mm_vec4 = vec<TI, 4>;
+
+// mm_stage_vec_a stages a's MM_BM × MM_BK tile at (row0, k0) four
+// elements at a time along a's contiguous axis (mm_vec_a): k for a
+// row-major a, i for a column-major one, whose vectors are scattered down
+// the staged rows. Zero outside M × K: with M (column-major) or K
+// (row-major) a multiple of 4, a vector is inside or outside as a whole.
+template <typename TI>
+static inline void mm_stage_vec_a(threadgroup TI* as, const device TI* a, constant MatMulParams& p,
+                                  uint row0, uint k0, uint tid) {
+    typedef MMStage<TI> S;
+    typedef mm_vec4<TI> V;
+    for (uint e = tid; e < MM_BM * MM_BK / 4; e += MM_THREADS) {
+        if (mm_a_trans) {
+            const uint r = (e % (MM_BM / 4)) * 4;
+            const uint l = e / (MM_BM / 4);
+            const uint gi = row0 + r;
+            const uint gl = k0 + l;
+            V v = V(TI(0.0f));
+            if ((mm_align_m || gi < p.m) && (mm_align_k || gl < p.k)) {
+                v = *(const device V*)(a + int(gl) * p.a_cs + int(gi));
+            }
+#pragma clang loop unroll(full)
+            for (uint t = 0; t < 4; t++) {
+                as[(r + t) * S::LDA + l] = v[t];
+            }
+        } else {
+            const uint r = e / (MM_BK / 4);
+            const uint l = (e % (MM_BK / 4)) * 4;
+            const uint gi = row0 + r;
+            const uint gl = k0 + l;
+            V v = V(TI(0.0f));
+            if ((mm_align_m || gi < p.m) && (mm_align_k || gl < p.k)) {
+                v = *(const device V*)(a + int(gi) * p.a_rs + int(gl));
+            }
+            *(threadgroup V*)(as + r * S::LDA + l) = v;
+        }
+    }
+}
+
+// mm_stage_vec_b is mm_stage_vec_a for b's MM_BK × MM_BN tile at (k0,
+// col0): along j for a row-major b, along l (scattered down the staged
+// rows) for a column-major one.
+template <typename TI>
+static inline void mm_stage_vec_b(threadgroup TI* bs, const device TI* b, constant MatMulParams& p,
+                                  uint k0, uint col0, uint tid) {
+    typedef MMStage<TI> S;
+    typedef mm_vec4<TI> V;
+    for (uint e = tid; e < MM_BK * MM_BN / 4; e += MM_THREADS) {
+        if (mm_b_trans) {
+            const uint l = (e % (MM_BK / 4)) * 4;
+            const uint q = e / (MM_BK / 4);
+            const uint gl = k0 + l;
+            const uint gj = col0 + q;
+            V v = V(TI(0.0f));
+            if ((mm_align_k || gl < p.k) && (mm_align_n || gj < p.n)) {
+                v = *(const device V*)(b + int(gj) * p.b_cs + int(gl));
+            }
+#pragma clang loop unroll(full)
+            for (uint t = 0; t < 4; t++) {
+                bs[(l + t) * S::LDB + q] = v[t];
+            }
+        } else {
+            const uint l = e / (MM_BN / 4);
+            const uint q = (e % (MM_BN / 4)) * 4;
+            const uint gl = k0 + l;
+            const uint gj = col0 + q;
+            V v = V(TI(0.0f));
+            if ((mm_align_k || gl < p.k) && (mm_align_n || gj < p.n)) {
+                v = *(const device V*)(b + int(gl) * p.b_rs + int(gj));
+            }
+            *(threadgroup V*)(bs + l * S::LDB + q) = v;
+        }
+    }
+}
+
 // mm_tiles computes the MM_BM × MM_BN block tg of c (rows of p.c_rs)
 // from K range [kbeg, kend) of a and b (already offset to their matrices),
 // staging through the threadgroup arrays as, bs and scratch. Operand
@@ -206,10 +294,12 @@ static inline void mm_tiles(device TO* c,
                             uint tid,
                             uint lane,
                             uint sg,
-                            threadgroup TI* as,
-                            threadgroup TI* bs,
+                            threadgroup mm_vec4<TI>* as4,
+                            threadgroup mm_vec4<TI>* bs4,
                             threadgroup float* scratch) {
     typedef MMStage<TI> S;
+    threadgroup TI* as = (threadgroup TI*)as4;
+    threadgroup TI* bs = (threadgroup TI*)bs4;
     const uint row0 = tg.y * MM_BM;
     const uint col0 = tg.x * MM_BN;
     const uint sm = sg / MM_WN;
@@ -235,6 +325,9 @@ static inline void mm_tiles(device TO* c,
     // K: the loads' bound stays p.k.
     for (uint k0 = kbeg; k0 < kend; k0 += MM_BK) {
         // Stage a (MM_BM × MM_BK) and b (MM_BK × MM_BN), zero outside.
+        if (mm_vec_a) {
+            mm_stage_vec_a(as, a, p, row0, k0, tid);
+        } else
         for (uint e = tid; e < MM_BM * MM_BK; e += MM_THREADS) {
             uint r, l;
             if (mm_a_trans) {
@@ -252,6 +345,9 @@ static inline void mm_tiles(device TO* c,
             }
             as[r * S::LDA + l] = v;
         }
+        if (mm_vec_b) {
+            mm_stage_vec_b(bs, b, p, k0, col0, tid);
+        } else
         for (uint e = tid; e < MM_BK * MM_BN; e += MM_THREADS) {
             uint l, q;
             if (mm_b_trans) {
@@ -312,12 +408,13 @@ kernel void matmul_t(device TO* c [[buffer(0)]],
                      uint tid [[thread_index_in_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]],
                      uint sg [[simdgroup_index_in_threadgroup]]) {
-    threadgroup TI as[MM_BM * MMStage<TI>::LDA];
-    threadgroup TI bs[MM_BK * MMStage<TI>::LDB];
+    // Declared as 4-vectors so that mm_stage_vec_* may store vectors.
+    threadgroup mm_vec4<TI> as4[MM_BM * MMStage<TI>::LDA / 4];
+    threadgroup mm_vec4<TI> bs4[MM_BK * MMStage<TI>::LDB / 4];
     threadgroup float scratch[MM_SG * 64];
     int ao, bo, co;
     mm_batch_offsets(p, tg.z, ao, bo, co);
-    mm_tiles<TI, TO>(c + co, a + ao, b + bo, p, 0, p.k, tg.xy, tid, lane, sg, as, bs, scratch);
+    mm_tiles<TI, TO>(c + co, a + ao, b + bo, p, 0, p.k, tg.xy, tid, lane, sg, as4, bs4, scratch);
 }
 
 // matmul_splitk_T is matmul_T for one matrix (no batch dims) with grid z
@@ -336,12 +433,13 @@ kernel void matmul_splitk_t(device float* part [[buffer(0)]],
                             uint tid [[thread_index_in_threadgroup]],
                             uint lane [[thread_index_in_simdgroup]],
                             uint sg [[simdgroup_index_in_threadgroup]]) {
-    threadgroup TI as[MM_BM * MMStage<TI>::LDA];
-    threadgroup TI bs[MM_BK * MMStage<TI>::LDB];
+    // Declared as 4-vectors so that mm_stage_vec_* may store vectors.
+    threadgroup mm_vec4<TI> as4[MM_BM * MMStage<TI>::LDA / 4];
+    threadgroup mm_vec4<TI> bs4[MM_BK * MMStage<TI>::LDB / 4];
     threadgroup float scratch[MM_SG * 64];
     const uint kbeg = tg.z * p.k_chunk;
     const uint kend = min(p.k, kbeg + p.k_chunk);
-    mm_tiles<TI, float>(part + tg.z * p.m * p.n, a, b, p, kbeg, kend, tg.xy, tid, lane, sg, as, bs, scratch);
+    mm_tiles<TI, float>(part + tg.z * p.m * p.n, a, b, p, kbeg, kend, tg.xy, tid, lane, sg, as4, bs4, scratch);
 }
 
 template <typename TI, typename TO>

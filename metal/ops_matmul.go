@@ -450,11 +450,15 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 			q.ABs[d] = int32(sub.strides[1][d])
 			q.BBs[d] = int32(sub.strides[2][d])
 		}
+		vec := [2]bool{
+			!noMatMulVec && mmVec(m, k, int(q.ARs), int(q.ACs), aTrans, sub.view(bufs[1], 1).Offset, q.ABs[:q.NBatch]),
+			!noMatMulVec && mmVec(k, n, int(q.BRs), int(q.BCs), bTrans, sub.view(bufs[2], 2).Offset, q.BBs[:q.NBatch]),
+		}
 		tkey := pkey(kn.tiled, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
-			cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, accumulate))
+			cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, accumulate), cBool(6, vec[0]), cBool(7, vec[1]))
 		if !naive && len(sub.shape) == 0 {
-			if s, chunk := b.splitKPlan(m, n, k); s > 1 && b.pipelineFor(splitKKey(kn, m, n, k, aTrans, bTrans)).MaxThreads() >= mmThreads {
-				b.matmulSplitK(kn, sub.view(bufs[0], 0), sub.view(bufs[1], 1), sub.view(bufs[2], 2), q, s, chunk, aTrans, bTrans, accumulate)
+			if s, chunk := b.splitKPlan(m, n, k); s > 1 && b.pipelineFor(splitKKey(kn, m, n, k, aTrans, bTrans, vec)).MaxThreads() >= mmThreads {
+				b.matmulSplitK(kn, sub.view(bufs[0], 0), sub.view(bufs[1], 1), sub.view(bufs[2], 2), q, s, chunk, aTrans, bTrans, accumulate, vec)
 				return
 			}
 		}
@@ -485,15 +489,42 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 }
 
 // splitKKey is the pipeline of split-K's partial products.
-func splitKKey(kn matmulNames, m, n, k int, aTrans, bTrans bool) driver.PipelineKey {
+func splitKKey(kn matmulNames, m, n, k int, aTrans, bTrans bool, vec [2]bool) driver.PipelineKey {
 	return pkey(kn.splitK, cBool(0, aTrans), cBool(1, bTrans), cBool(2, m%mmBM == 0),
-		cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, false))
+		cBool(3, n%mmBN == 0), cBool(4, k%mmBK == 0), cBool(5, false), cBool(6, vec[0]), cBool(7, vec[1]))
+}
+
+// noMatMulVec turns the tiled kernels' vector staging off
+// (FORGE_METAL_MATMUL_VEC=0): every operand takes the element-at-a-time
+// edge path, for comparisons.
+var noMatMulVec = os.Getenv("FORGE_METAL_MATMUL_VEC") == "0"
+
+// mmVec reports whether an operand of rows × cols with strides rs, cs
+// (trans: column-major), at element offset off of its buffer, with batch
+// strides bs, can be staged four elements at a time (mm_vec_a, mm_vec_b in
+// kernels/matmul.metal): its contiguous axis has stride 1 and a length that
+// is a multiple of 4, and the other stride, the offset and the batch
+// strides are multiples of 4 — so every vector is aligned (blocks start
+// at 256 bytes) and wholly inside or outside the matrix.
+func mmVec(rows, cols, rs, cs int, trans bool, off int, bs []int32) bool {
+	if trans {
+		rows, cols, rs, cs = cols, rows, cs, rs
+	}
+	if cs != 1 || cols%4 != 0 || rs%4 != 0 || off%4 != 0 {
+		return false
+	}
+	for _, s := range bs {
+		if s%4 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // matmulSplitK runs one M × N × K product as s partial products over K
 // chunks of chunk into a float32 scratch buffer, then their ordered sum
 // into dst (rounded once to dst's dtype).
-func (b *Backend) matmulSplitK(kn matmulNames, dst, a, bm backend.View, q matmulParams, s, chunk int, aTrans, bTrans, accumulate bool) {
+func (b *Backend) matmulSplitK(kn matmulNames, dst, a, bm backend.View, q matmulParams, s, chunk int, aTrans, bTrans, accumulate bool, vec [2]bool) {
 	m, n, k := int(q.M), int(q.N), int(q.K)
 	part := b.Alloc(backend.Float32, s*m*n)
 	defer b.Free(part) // recycled once the command buffer completes
@@ -501,7 +532,7 @@ func (b *Backend) matmulSplitK(kn matmulNames, dst, a, bm backend.View, q matmul
 	q.KChunk, q.Splits = uint32(chunk), uint32(s)
 	pq := q
 	pq.CRs = int32(n) // the partials are rows of N
-	key := splitKKey(kn, m, n, k, aTrans, bTrans)
+	key := splitKKey(kn, m, n, k, aTrans, bTrans, vec)
 	groups := [3]int{(n + mmBN - 1) / mmBN, (m + mmBM - 1) / mmBM, s}
 	b.run(kn.splitKL[layoutIndex(aTrans, bTrans)], key, groups, [3]int{mmThreads, 1, 1},
 		b.arg(pv), b.arg(a), b.arg(bm), bytesArg(pq))

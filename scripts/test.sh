@@ -73,17 +73,17 @@ builtin_stages() {
   add setup "scripts/setup.sh test"
   add lint "$mk lint"
   add darwin "$mk check-darwin"
-  add go-test "$go test ./..."
+  add go-test "$go test -timeout 30m ./..."
   # The cores come from the CPU's features alone (no OpenBLAS needed yet). If
   # the lister does not build, a stage runs it again to show why.
   if cores=$("$go" run ./tests/blascores 2>/dev/null) && [[ $cores =~ ^[A-Za-z0-9\ ]*$ ]]; then
     for core in $cores; do
-      add "blas-$core" "OPENBLAS_CORETYPE=$core $go test $suites"
+      add "blas-$core" "OPENBLAS_CORETYPE=$core $go test -timeout 30m $suites"
     done
   else
     add blas-cores "$go run ./tests/blascores"
   fi
-  add blas-off "FORGE_BLAS=off $go test $suites"
+  add blas-off "FORGE_BLAS=off $go test -timeout 30m $suites"
   # -count=1: forge/cpu reads FORGE_GEMM_KERNEL in an init function, which
   # go test's cache does not see, so it would hand back blas-off's result.
   if [ "$("$go" env GOARCH 2>/dev/null)" = amd64 ]; then
