@@ -36,8 +36,11 @@ type goEval struct {
 	run   *train.Session
 	ctx   context.Context
 	cur   context.Context // the running evaluation's context
-	// names the user declared, for completion.
+	// names declared at the top level by the code the session evaluated
+	// (the user's and its own), for completion and for resolving names.
 	names map[string]bool
+	// hasAns: ans is bound (an expression has been evaluated).
+	hasAns bool
 }
 
 // packages maps the names the interpreter imports to their paths.
@@ -99,7 +102,9 @@ func (g *goEval) bind(s *Session) error {
 	if s.run != nil {
 		g.model, g.tr = s.run.Model, s.run.Trainer
 	}
-	_, err := g.i.Eval("model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx")
+	const code = "model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx"
+	_, err := g.i.Eval(code)
+	g.noteNames(code)
 	return err
 }
 
@@ -112,15 +117,81 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// eval runs src in the interpreter, interrupted by ctx.
-func (g *goEval) eval(ctx context.Context, src string) (reflect.Value, error) {
+// eval runs code in the interpreter, interrupted by ctx. code is what
+// the session hands the interpreter; user is the Go the user typed in it
+// (for errors), with extra the names code binds around it and alias the
+// session's temporary names in code mapped to the user's words.
+func (g *goEval) eval(ctx context.Context, code string) (reflect.Value, error) {
+	return g.evalAs(ctx, code, "", nil)
+}
+
+func (g *goEval) evalAs(ctx context.Context, code, user string, alias map[string]string, extra ...string) (reflect.Value, error) {
+	if user != "" {
+		if u := g.undefined(user, extra...); u != nil {
+			return reflect.Value{}, u
+		}
+	}
 	g.cur = ctx
 	defer func() { g.cur = context.Background() }()
-	v, err := g.i.EvalWithContext(ctx, src)
+	v, err := g.i.EvalWithContext(ctx, code)
 	if err != nil {
-		return v, goError(err, ctx)
+		return v, g.explain(ctx, err, alias)
 	}
+	g.noteNames(code)
 	return v, nil
+}
+
+// explain turns an interpreter error into one line in the user's terms:
+// the interpreter's own names, types and positions are translated or
+// dropped. (A name that nothing declares never reaches the interpreter:
+// evalAs names it as Go does, with the nearest known name.)
+func (g *goEval) explain(ctx context.Context, err error, alias map[string]string) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return errors.New("interrupted")
+	}
+	var p interp.Panic
+	if errors.As(err, &p) {
+		if fe, ok := p.Value.(*forge.Error); ok {
+			return fe
+		}
+	}
+	e := goError(err, ctx)
+	var fe *forge.Error
+	if errors.As(e, &fe) {
+		return e
+	}
+	return errors.New(scrub(e.Error(), alias))
+}
+
+var (
+	// yaegi's names of Go's types: float64T, boolT, …
+	reInterpType = regexp.MustCompile(`\b(bool|string|error|int|int8|int16|int32|int64|uint|uint8|uint16|uint32|uint64|uintptr|float32|float64|complex64|complex128|nil|func|map|slice|array|ptr|struct|interface|chan)T\b`)
+	rePosition   = regexp.MustCompile(`(_\.go:)?\b\d+:\d+: ?`)
+	reTemp       = regexp.MustCompile(`\b__([a-z]+)\d*\b`)
+)
+
+// tempWords are the words for the session's temporary names left in an
+// interpreter error.
+var tempWords = map[string]string{"fn": "the function", "v": "the value", "r": "the result", "cond": "the condition"}
+
+// scrub rewrites an interpreter message in the user's terms.
+func scrub(msg string, alias map[string]string) string {
+	for from, to := range alias {
+		msg = regexp.MustCompile(`\b`+regexp.QuoteMeta(from)+`\b`).ReplaceAllLiteralString(msg, to)
+	}
+	msg = reTemp.ReplaceAllStringFunc(msg, func(m string) string {
+		if w, ok := tempWords[reTemp.FindStringSubmatch(m)[1]]; ok {
+			return w
+		}
+		return "a value"
+	})
+	msg = strings.TrimPrefix(msg, "CFG post-order panic: ")
+	msg = strings.ReplaceAll(msg, "CFG post-order panic: ", "")
+	msg = rePosition.ReplaceAllString(msg, "")
+	msg = reInterpType.ReplaceAllString(msg, "$1")
+	msg = strings.ReplaceAll(msg, "undefined selector: ", "no field or method ")
+	msg = strings.ReplaceAll(msg, "undefined selector ", "no field or method ")
+	return msg
 }
 
 var posPrefix = regexp.MustCompile(`^(_\.go:)?\d+:\d+: `)
@@ -152,6 +223,10 @@ func goError(err error, ctx context.Context) error {
 // voidBuiltins are the builtins that return nothing.
 var voidBuiltins = map[string]bool{"panic": true, "print": true, "println": true, "delete": true, "close": true, "clear": true}
 
+// leaveWords are what Python and IPython users type to leave; unless the
+// session declared them, they leave as :quit does (saving first).
+var leaveWords = map[string]bool{"quit": true, "exit": true, "quit()": true, "exit()": true}
+
 // evalGo evaluates Go: an expression's value is printed and bound to ans;
 // statements and declarations print nothing (except their own output).
 func (s *Session) evalGo(ctx context.Context, src string) error {
@@ -159,26 +234,33 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	if err != nil {
 		return err
 	}
+	if leaveWords[src] && !g.names[strings.TrimSuffix(src, "()")] {
+		return cmdQuit(s, ctx, nil)
+	}
 	expr, perr := parser.ParseExpr(src)
 	if perr != nil {
-		g.noteNames(src)
-		_, err := g.eval(ctx, src)
+		g.noteNames(src) // (a failed declaration too: its names are taken)
+		_, err := g.evalAs(ctx, src, src, nil)
 		return err
 	}
-	if _, ok := expr.(*ast.Ident); ok {
-		// Look first: a name's errors read better than ans := name's.
-		if _, err := g.eval(ctx, src); err != nil {
-			return err
-		}
-	}
-	call, ok := ast.Unparen(expr).(*ast.CallExpr)
-	if !ok {
-		v, err := g.eval(ctx, "ans := ("+src+")")
+	if id, ok := expr.(*ast.Ident); ok {
+		// A name: look, then bind ans (looking twice has no effect).
+		v, err := g.evalAs(ctx, src, src, nil)
 		if err != nil {
 			return err
 		}
+		if id.Name != "ans" {
+			if _, err := g.evalAs(ctx, "ans := "+src, src, nil); err != nil {
+				return err
+			}
+			g.hasAns = true
+		}
 		s.print(v)
 		return nil
+	}
+	call, ok := ast.Unparen(expr).(*ast.CallExpr)
+	if !ok {
+		return s.evalValue(ctx, g, "("+src+")", src, nil)
 	}
 	// A call: find how many results it has without calling it, by taking
 	// the function as a value first (its receiver is evaluated once).
@@ -186,28 +268,32 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	args := src[call.Lparen-1 : call.Rparen]
 	nout := 1
 	var ftype reflect.Type
+	var alias map[string]string
+	code := src
 	if id, ok := call.Fun.(*ast.Ident); ok && voidBuiltins[id.Name] {
 		nout = 0
 	} else if sel, ok := call.Fun.(*ast.SelectorExpr); ok && isIdent(sel.X, "fmt") && strings.Contains(sel.Sel.Name, "rint") {
 		nout = 0 // fmt.Println's byte count is noise
-	} else if fv, err := g.eval(ctx, "__fn := "+fun); err == nil && fv.Kind() == reflect.Func {
+	} else if fv, err := g.evalAs(ctx, "__fn := "+fun, fun, nil); err == nil && fv.Kind() == reflect.Func {
 		ftype = fv.Type()
 		nout = ftype.NumOut()
-		src = "__fn" + args
+		code = "__fn" + args
+		alias = map[string]string{"__fn": fun}
 	} else if err != nil && ctx.Err() != nil {
 		return err
+	} else if err != nil && strings.Contains(err.Error(), "no field or method") {
+		var u undefinedError
+		if errors.As(err, &u) {
+			return err
+		}
+		return fmt.Errorf("%s: %v", fun, err)
 	}
 	switch nout {
 	case 0:
-		_, err := g.eval(ctx, src)
-		return err
+		_, err := g.evalAs(ctx, code, src, alias)
+		return callError(err, fun, ftype)
 	case 1:
-		v, err := g.eval(ctx, "ans := "+src)
-		if err != nil {
-			return err
-		}
-		s.print(v)
-		return nil
+		return callError(s.evalValue(ctx, g, code, src, alias), fun, ftype)
 	}
 	// Several results: (v, err) prints v or returns err; others print as
 	// a tuple. ans is the first.
@@ -215,8 +301,8 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	for i := range names {
 		names[i] = fmt.Sprintf("__r%d", i)
 	}
-	if _, err := g.eval(ctx, strings.Join(names, ", ")+" := "+src); err != nil {
-		return err
+	if _, err := g.evalAs(ctx, strings.Join(names, ", ")+" := "+code, src, alias); err != nil {
+		return callError(err, fun, ftype)
 	}
 	vals := make([]reflect.Value, nout)
 	for i, n := range names {
@@ -233,6 +319,7 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	if _, err := g.eval(ctx, "ans := __r0"); err != nil {
 		return err
 	}
+	g.hasAns = true
 	if len(vals) == 1 {
 		s.print(vals[0])
 		return nil
@@ -243,6 +330,35 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	}
 	fmt.Fprintf(s.stdout, "(%s)\n", strings.Join(parts, ", "))
 	return nil
+}
+
+// evalValue evaluates the expression code (the user's src), prints its
+// value and binds it to ans. The value goes through a temporary so that
+// an expression reading ans (ans*2) sees the previous ans.
+func (s *Session) evalValue(ctx context.Context, g *goEval, code, src string, alias map[string]string) error {
+	if _, err := g.evalAs(ctx, "__v := "+code, src, alias); err != nil {
+		return err
+	}
+	v, err := g.eval(ctx, "ans := __v")
+	if err != nil {
+		return err
+	}
+	g.hasAns = true
+	s.print(v)
+	return nil
+}
+
+// callError adds to an error about a call's arguments what the function
+// takes.
+func callError(err error, fun string, ftype reflect.Type) error {
+	if err == nil || ftype == nil {
+		return err
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "argument") || strings.HasPrefix(msg, "cannot use ") || strings.HasPrefix(msg, "cannot convert ") {
+		return fmt.Errorf("%s: %s takes %s (?%s documents it)", msg, fun, signature(ftype), fun)
+	}
+	return err
 }
 
 func isIdent(e ast.Expr, name string) bool {

@@ -1,0 +1,135 @@
+package repl
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// errorLines runs script through the line loop and returns each input
+// with the error it printed ("" for none), one "input → error" a line.
+func errorLines(t *testing.T, s *Session, out *bytes.Buffer, script string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	var last string
+	for _, l := range strings.Split(transcript(t, s, out, script, "/nonexistent"), "\n") {
+		if in, ok := strings.CutPrefix(l, Prompt); ok {
+			last = in
+			got[last] = ""
+		} else if e, ok := strings.CutPrefix(l, "error: "); ok {
+			got[last] = e
+		}
+	}
+	return got
+}
+
+// Names that nothing declares are said as Go says them, with the nearest
+// known name, whatever the shape of the input (issue 18, item 5).
+func TestUndefinedNames(t *testing.T) {
+	s, out, _ := newTestSession(t)
+	got := errorLines(t, s, out, strings.Join([]string{
+		"undefinedThing + 1",
+		"froge.Randn(2)",
+		"fooo(1)",
+		"len(undefinedVar)",
+		"y := undefinedThing * 2",
+		"undefinedThing",
+		"forge.Randnn(2)",
+		"myValue := 3",
+		"myValeu + 1",
+		"func h(a int) int { return a + bb }",
+		"for i := 0; i < 3; i++ { fmt.Println(i + nope) }",
+		"forge.Ones(2).Nope()",
+		// Names that are declared, by the input or the session, resolve.
+		"func sq(v float64) float64 { w := v; return w * w }",
+		"type P struct{ A int }",
+		"p := P{A: 1}",
+		"p.A + myValue",
+		"for i, v := range []int{1, 2} { _ = i + v }",
+		"var a any = 1",
+		"func kind(a any) int { switch v := a.(type) { case int: return v + 1 }; return 0 }",
+		"sq(2)",
+	}, "\n"))
+	for in, want := range map[string]string{
+		"undefinedThing + 1":                  "undefined: undefinedThing",
+		"froge.Randn(2)":                      "undefined: froge (did you mean forge?)",
+		"fooo(1)":                             "undefined: fooo",
+		"len(undefinedVar)":                   "undefined: undefinedVar",
+		"y := undefinedThing * 2":             "undefined: undefinedThing",
+		"undefinedThing":                      "undefined: undefinedThing",
+		"forge.Randnn(2)":                     "undefined: forge.Randnn (did you mean forge.Randn?)",
+		"myValeu + 1":                         "undefined: myValeu (did you mean myValue?)",
+		"func h(a int) int { return a + bb }": "undefined: bb",
+		"for i := 0; i < 3; i++ { fmt.Println(i + nope) }": "undefined: nope",
+		"forge.Ones(2).Nope()":                             "forge.Ones(2).Nope undefined (type *forge.Tensor has no field or method Nope)",
+	} {
+		if got[in] != want {
+			t.Errorf("%s: error %q, want %q", in, got[in], want)
+		}
+	}
+	for _, in := range []string{"myValue := 3", "func sq(v float64) float64 { w := v; return w * w }", "type P struct{ A int }",
+		"p := P{A: 1}", "p.A + myValue", "for i, v := range []int{1, 2} { _ = i + v }", "var a any = 1", "func kind(a any) int { switch v := a.(type) { case int: return v + 1 }; return 0 }", "sq(2)"} {
+		if e, ok := got[in]; !ok || e != "" {
+			t.Errorf("%s: error %q, want none", in, e)
+		}
+	}
+}
+
+// The interpreter's own names, types and positions never reach the user
+// (issue 18, item 6).
+func TestNoInterpreterInternals(t *testing.T) {
+	s, out, _ := newTestSession(t)
+	got := errorLines(t, s, out, "forge.Arange(6)\nforge.Arange(1, 2, 3, 4)\nvar f float64 = true\nx := 1\nx.Foo")
+	if want := "not enough arguments in call to forge.Arange: forge.Arange takes (float64, float64, float64) *forge.Tensor (?forge.Arange documents it)"; got["forge.Arange(6)"] != want {
+		t.Errorf("forge.Arange(6): %q, want %q", got["forge.Arange(6)"], want)
+	}
+	for in, e := range got {
+		for _, leak := range []string{"__", "float64T", "boolT", "CFG", "_.go", "1:"} {
+			if strings.Contains(e, leak) {
+				t.Errorf("%s: error %q shows the interpreter's %q", in, e, leak)
+			}
+		}
+	}
+	if e := got["x.Foo"]; !strings.Contains(e, "x.Foo undefined (type int has no field or method Foo)") {
+		t.Errorf("x.Foo: %q", e)
+	}
+}
+
+// ans holds the last value: an expression reading it sees it, and looking
+// at it keeps it (issue 18, item 7).
+func TestAns(t *testing.T) {
+	s, out, _ := newTestSession(t)
+	got := transcript(t, s, out, "ans\n1+1\nans*2\nans\nans\nsq := func(v int) int { return v * v }\nsq(ans)\nans + 1", "/nonexistent")
+	want := "forge> ans\nerror: undefined: ans (it holds the value of the last expression; there is none yet)\nforge> 1+1\n2\nforge> ans*2\n4\nforge> ans\n4\nforge> ans\n4\n" +
+		"forge> sq := func(v int) int { return v * v }\nforge> sq(ans)\n16\nforge> ans + 1\n17\n"
+	if got != want {
+		t.Errorf("transcript:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// quit and exit without the colon leave as :quit does, saving first,
+// unless the session declared the name (issue 18, item 10).
+func TestLeaveWords(t *testing.T) {
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	for _, word := range []string{"quit", "exit", "exit()"} {
+		s, out, dir := newTestSession(t)
+		run := filepath.Join(dir, "run")
+		script := ":new " + filepath.Join(dir, "micro.json") + " " + run + "\n:set live off\ntr.Step()\n" + word + "\n1+1\n"
+		if err := s.RunLines(strings.NewReader(script)); err != nil {
+			t.Fatalf("%s: %v\n%s", word, err, out)
+		}
+		if strings.Contains(out.String(), "\n2\n") {
+			t.Errorf("%s did not leave:\n%s", word, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(run, "checkpoints", "latest")); err != nil || strings.TrimSpace(string(b)) != "step-000001" {
+			t.Errorf("%s: checkpoints/latest = %q, %v; want step-000001 (saved on the way out)", word, b, err)
+		}
+	}
+	s, out, _ := newTestSession(t)
+	got := transcript(t, s, out, "quit := 3\nquit", "/nonexistent")
+	if !strings.HasSuffix(got, "forge> quit\n3\n") {
+		t.Errorf("a declared quit is a value:\n%s", got)
+	}
+}
