@@ -133,3 +133,34 @@ func TestLeaveWords(t *testing.T) {
 		t.Errorf("a declared quit is a value:\n%s", got)
 	}
 }
+
+// :inspect names the parameter that does not exist and the nearest ones;
+// :run until says what a condition is (issue 18, item 6).
+func TestCommandArgErrors(t *testing.T) {
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	s, out, dir := newTestSession(t)
+	got := errorLines(t, s, out, ":inspect blocks.0.attn.nope\n:new "+filepath.Join(dir, "micro.json")+" "+filepath.Join(dir, "run")+
+		"\n:inspect blocks.0.attn.nope\n:inspect norm_f.weigth\n:inspect wte.nope\n:inspect nosuch\n:inspect forge.Ones(2).Nope()\n"+
+		":run until loss\n:run until losss < 2\n:run until loss <\n:run until step >= 1")
+	for in, want := range map[string]string{
+		":inspect blocks.0.attn.nope":   "no parameter blocks.0.attn.nope; the nearest: blocks.0.attn.wo.weight, blocks.0.attn.wqkv.weight (:params lists them)",
+		":inspect norm_f.weigth":        "no parameter norm_f.weigth; the nearest: norm_f.weight (:params lists them)",
+		":inspect wte.nope":             "no parameter wte.nope; the nearest: wte.weight (:params lists them)",
+		":inspect nosuch":               "nosuch is neither a parameter (see :params) nor a Go value: undefined: nosuch",
+		":inspect forge.Ones(2).Nope()": "forge.Ones(2).Nope undefined (type *forge.Tensor has no field or method Nope)",
+		":run until loss":               "the condition: loss is a float64, not true or false: give a condition such as loss < 2 or step >= 300",
+		":run until losss < 2":          "the condition: undefined: losss (did you mean loss?)",
+		":run until loss <":             "the condition: syntax error: expected operand, found the end (give a condition such as loss < 2 or step >= 300)",
+		":run until step >= 1":          "",
+	} {
+		if got[in] != want {
+			t.Errorf("%s: error %q, want %q", in, got[in], want)
+		}
+	}
+	// Before a run is open, a parameter's name says so.
+	s2, out2, _ := newTestSession(t)
+	got = errorLines(t, s2, out2, ":inspect blocks.0.attn.nope")
+	if want := "blocks.0.attn.nope is not Go, and no run is open: :open <dir> resumes one, :new <config> [dir] starts one"; got[":inspect blocks.0.attn.nope"] != want {
+		t.Errorf("no run: %q, want %q", got[":inspect blocks.0.attn.nope"], want)
+	}
+}

@@ -506,3 +506,39 @@ func incomplete(src string) bool {
 	}
 	return depth > 0
 }
+
+// condVars are the names a :run until condition sees.
+var condVars = []string{"step", "loss", "val_loss", "lr", "grad_norm"}
+
+const condParams = "(step int, loss, val_loss, lr, grad_norm float64)"
+
+// condition compiles the Go condition of :run until into a function of
+// condVars returning bool.
+func (g *goEval) condition(ctx context.Context, cond string) (reflect.Value, error) {
+	if _, err := parser.ParseExpr(cond); err != nil {
+		msg := posPrefix.ReplaceAllString(err.Error(), "")
+		if el, ok := err.(scanner.ErrorList); ok && len(el) > 0 {
+			msg = el[0].Msg
+		}
+		msg = strings.ReplaceAll(msg, "'EOF'", "the end")
+		return reflect.Value{}, fmt.Errorf("syntax error: %s (give a condition such as loss < 2 or step >= 300)", msg)
+	}
+	fv, err := g.evalAs(ctx, "__cond := func"+condParams+" bool { return "+cond+" }", cond, nil, condVars...)
+	if err == nil && fv.Kind() == reflect.Func {
+		return fv, nil
+	}
+	var u undefinedError
+	if errors.As(err, &u) || ctx.Err() != nil {
+		return fv, err
+	}
+	// Valid Go that is not true or false (loss): say what it is.
+	if v, err2 := g.eval(ctx, "__cond := func"+condParams+" any { return "+cond+" }; __cond(0, 0, 0, 0, 0)"); err2 == nil {
+		if x := valueOf(v); x != nil {
+			return fv, fmt.Errorf("%s is a %T, not true or false: give a condition such as loss < 2 or step >= 300", cond, x)
+		}
+	}
+	if err == nil {
+		err = errors.New("not a condition")
+	}
+	return fv, fmt.Errorf("%v (give a condition such as loss < 2 or step >= 300)", err)
+}

@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -625,4 +626,63 @@ func hasMember(t reflect.Type, name string) bool {
 		return ok
 	}
 	return false
+}
+
+// paramArgError explains why src, given to :inspect, is no parameter when
+// it reads as a parameter's dotted name (blocks.0.attn.nope) rather than
+// Go: the nearest parameter names, or that no run is open. It returns nil
+// when src may be meant as Go.
+func (s *Session) paramArgError(g *goEval, src string) error {
+	parts := strings.Split(src, ".")
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
+			return nil
+		}
+	}
+	_, perr := parser.ParseExpr(src)
+	notGo := perr != nil || !g.knows(parts[0])
+	if s.run == nil {
+		if perr != nil {
+			return fmt.Errorf("%s is not Go, and %v", src, errNoRun)
+		}
+		return nil
+	}
+	var names []string
+	for _, p := range s.run.Model.Params() {
+		names = append(names, p.Name)
+	}
+	if near := nearestParams(src, names); notGo && len(near) > 0 {
+		return fmt.Errorf("no parameter %s; the nearest: %s (:params lists them)", src, strings.Join(near, ", "))
+	}
+	if perr != nil {
+		return fmt.Errorf("no parameter %s (:params lists them)", src)
+	}
+	return nil
+}
+
+// nearestParams returns up to four parameter names nearest to name: those
+// sharing the most leading dotted parts with it (at least one), the
+// closest in spelling first; or, sharing none, those within a typo of it.
+func nearestParams(name string, names []string) []string {
+	parts := strings.Split(name, ".")
+	common := func(n string) int {
+		q := strings.Split(n, ".")
+		i := 0
+		for i < len(q) && i < len(parts) && q[i] == parts[i] {
+			i++
+		}
+		return i
+	}
+	best := 0
+	for _, n := range names {
+		best = max(best, common(n))
+	}
+	var out []string
+	for _, n := range names {
+		if best > 0 && common(n) == best || best == 0 && nearest(name, []string{n}) != "" {
+			out = append(out, n)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return editDistance(name, out[i]) < editDistance(name, out[j]) })
+	return out[:min(len(out), 4)]
 }
