@@ -164,3 +164,56 @@ func TestCommandArgErrors(t *testing.T) {
 		t.Errorf("no run: %q, want %q", got[":inspect blocks.0.attn.nope"], want)
 	}
 }
+
+// A script's errors start with the line their input began on (issue 18,
+// item 9).
+func TestScriptLineNumbers(t *testing.T) {
+	var out, errs bytes.Buffer
+	s, err := NewSession(&out, &errs, Options{Log: &bytes.Buffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	script := "x := 1\nfroge.Randn(2)\n# a comment\nfunc f() int {\n\treturn nope\n}\n:bogus\ny := (\n"
+	if err := s.RunLines(strings.NewReader(script)); err != ErrInputFailed {
+		t.Fatalf("RunLines = %v, want ErrInputFailed", err)
+	}
+	want := "line 2: error: undefined: froge (did you mean forge?)\n" +
+		"line 4: error: undefined: nope\n" +
+		"line 7: error: unknown command :bogus; :help lists them\n" +
+		"line 8: error: syntax error: unfinished Go input \"y := (\" (a bracket or string is still open)\n"
+	if errs.String() != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errs.String(), want)
+	}
+}
+
+// Reading from a pipe, the REPL says in one line on stderr why there is no
+// prompt (issue 18, item 13); reading a string (a test, a library user) it
+// says nothing.
+func TestPipedNote(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.WriteString("1+1\n")
+		w.Close()
+	}()
+	defer r.Close()
+	var out, errs bytes.Buffer
+	s, _ := NewSession(&out, &errs, Options{Log: &bytes.Buffer{}})
+	defer s.Close()
+	if err := s.RunLines(r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "forge repl: reading plain lines because input is not a terminal: no banner, no prompt, no completion; errors name their line\n"; errs.String() != want {
+		t.Errorf("stderr %q, want %q", errs.String(), want)
+	}
+	if out.String() != "2\n" {
+		t.Errorf("stdout %q, want 2", out.String())
+	}
+	errs.Reset()
+	if err := s.RunLines(strings.NewReader("1+1\n")); err != nil || errs.Len() != 0 {
+		t.Errorf("from a string: %v, stderr %q", err, errs.String())
+	}
+}
