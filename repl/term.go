@@ -265,9 +265,6 @@ type completer struct{ s *Session }
 func (c completer) Do(line []rune, pos int) ([][]rune, int) {
 	text := string(line[:pos])
 	cands, word := c.s.Complete(text, len(text))
-	if word == "" {
-		return nil, 0 // readline hangs listing candidates for an empty word
-	}
 	out := make([][]rune, len(cands))
 	for i, cand := range cands {
 		out[i] = []rune(cand[len(word):])
