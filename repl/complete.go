@@ -121,8 +121,8 @@ func (s *Session) completeGo(text string) ([]string, string) {
 		cands = packageMembers(path)
 	} else if isSelector(base) {
 		g, err := s.interp()
-		if err != nil {
-			return nil, ""
+		if err != nil || g.undefined(base) != nil {
+			return nil, "" // (evaluating an undefined name would half-declare it)
 		}
 		v, err := g.i.Eval(base)
 		if err != nil {

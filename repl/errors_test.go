@@ -81,12 +81,23 @@ func TestUndefinedNames(t *testing.T) {
 // (issue 18, item 6).
 func TestNoInterpreterInternals(t *testing.T) {
 	s, out, _ := newTestSession(t)
-	got := errorLines(t, s, out, "forge.Arange(6)\nforge.Arange(1, 2, 3, 4)\nvar f float64 = true\nx := 1\nx.Foo")
+	got := errorLines(t, s, out, "forge.Arange(6)\nforge.Arange(1, 2, 3, 4)\nvar f float64 = true\nx := 1\nx.Foo\nx()\n"+
+		"z := []int{1}\nz[5]\ny :=\n?froge.Randn\n:profile froge.Ones(2)")
+	for in, want := range map[string]string{
+		"x()":                    "invalid operation: cannot call non-function x (of type int)",
+		"y :=":                   "syntax error: expected operand, found the end of the input",
+		"?froge.Randn":           "?froge.Randn: undefined: froge (did you mean forge?)",
+		":profile froge.Ones(2)": "undefined: froge (did you mean forge?)",
+	} {
+		if got[in] != want {
+			t.Errorf("%s: %q, want %q", in, got[in], want)
+		}
+	}
 	if want := "not enough arguments in call to forge.Arange: forge.Arange takes (float64, float64, float64) *forge.Tensor (?forge.Arange documents it)"; got["forge.Arange(6)"] != want {
 		t.Errorf("forge.Arange(6): %q, want %q", got["forge.Arange(6)"], want)
 	}
 	for in, e := range got {
-		for _, leak := range []string{"__", "float64T", "boolT", "CFG", "_.go", "1:"} {
+		for _, leak := range []string{"__", "float64T", "boolT", "CFG", "_.go", "1:", "reflect", "'}'"} {
 			if strings.Contains(e, leak) {
 				t.Errorf("%s: error %q shows the interpreter's %q", in, e, leak)
 			}

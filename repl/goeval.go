@@ -39,6 +39,9 @@ type goEval struct {
 	// names declared at the top level by the code the session evaluated
 	// (the user's and its own), for completion and for resolving names.
 	names map[string]bool
+	// types: the names among names that are types (evaluating one gives
+	// no value of it).
+	types map[string]bool
 	// hasAns: ans is bound (an expression has been evaluated).
 	hasAns bool
 }
@@ -66,7 +69,7 @@ func (s *Session) interp() (*goEval, error) {
 	if s.goi != nil {
 		return s.goi, nil
 	}
-	g := &goEval{names: map[string]bool{}, cur: context.Background()}
+	g := &goEval{names: map[string]bool{}, types: map[string]bool{}, cur: context.Background()}
 	g.ctx = sessionContext{g}
 	g.i = interp.New(interp.Options{Stdout: s.stdout, Stderr: io.Discard})
 	if err := g.i.Use(symbols.Symbols); err != nil {
@@ -135,7 +138,7 @@ func (g *goEval) evalAs(ctx context.Context, code, user string, alias map[string
 	defer func() { g.cur = context.Background() }()
 	v, err := g.i.EvalWithContext(ctx, code)
 	if err != nil {
-		return v, g.explain(ctx, err, alias)
+		return v, g.explain(ctx, err, user, alias)
 	}
 	g.noteNames(code)
 	return v, nil
@@ -145,7 +148,7 @@ func (g *goEval) evalAs(ctx context.Context, code, user string, alias map[string
 // the interpreter's own names, types and positions are translated or
 // dropped. (A name that nothing declares never reaches the interpreter:
 // evalAs names it as Go does, with the nearest known name.)
-func (g *goEval) explain(ctx context.Context, err error, alias map[string]string) error {
+func (g *goEval) explain(ctx context.Context, err error, user string, alias map[string]string) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return errors.New("interrupted")
 	}
@@ -160,7 +163,11 @@ func (g *goEval) explain(ctx context.Context, err error, alias map[string]string
 	if errors.As(e, &fe) {
 		return e
 	}
-	return errors.New(scrub(e.Error(), alias))
+	msg := e.Error()
+	if strings.HasPrefix(msg, "syntax error: ") && user != "" {
+		msg = syntaxError(user, msg)
+	}
+	return errors.New(scrub(msg, alias))
 }
 
 var (
@@ -168,11 +175,13 @@ var (
 	reInterpType = regexp.MustCompile(`\b(bool|string|error|int|int8|int16|int32|int64|uint|uint8|uint16|uint32|uint64|uintptr|float32|float64|complex64|complex128|nil|func|map|slice|array|ptr|struct|interface|chan)T\b`)
 	rePosition   = regexp.MustCompile(`(_\.go:)?\b\d+:\d+: ?`)
 	reTemp       = regexp.MustCompile(`\b__([a-z]+)\d*\b`)
+	reConvert    = regexp.MustCompile(`reflect\.Value\.Convert: value of type (\S+) cannot be converted to type (\S+)`)
+	reReflect    = regexp.MustCompile(`reflect(\.Value\.\w+)?: `)
 )
 
 // tempWords are the words for the session's temporary names left in an
 // interpreter error.
-var tempWords = map[string]string{"fn": "the function", "v": "the value", "r": "the result", "cond": "the condition"}
+var tempWords = map[string]string{"fn": "the function", "f": "the expression", "v": "the value", "r": "the result", "cond": "the condition"}
 
 // scrub rewrites an interpreter message in the user's terms.
 func scrub(msg string, alias map[string]string) string {
@@ -191,7 +200,27 @@ func scrub(msg string, alias map[string]string) string {
 	msg = reInterpType.ReplaceAllString(msg, "$1")
 	msg = strings.ReplaceAll(msg, "undefined selector: ", "no field or method ")
 	msg = strings.ReplaceAll(msg, "undefined selector ", "no field or method ")
+	msg = reConvert.ReplaceAllString(msg, "cannot use a value of type $1 as type $2")
+	msg = reReflect.ReplaceAllString(msg, "")
 	return msg
+}
+
+// syntaxError words a syntax error found in the code wrapped around the
+// user's src (yaegi's, or the session's) as being at the end of src.
+func syntaxError(src, msg string) string {
+	fset := token.NewFileSet()
+	if _, err := parser.ParseFile(fset, "", "package p\n"+src, 0); err == nil {
+		return msg
+	}
+	_, err := parser.ParseFile(fset, "", "package p\nfunc _() {\n"+src+"\n}", 0)
+	var el scanner.ErrorList
+	if !errors.As(err, &el) || len(el) == 0 {
+		return msg
+	}
+	if el[0].Pos.Line > 2+strings.Count(src, "\n") { // past the user's last line
+		return "syntax error: " + regexp.MustCompile(`found '.*'$`).ReplaceAllString(el[0].Msg, "found the end of the input")
+	}
+	return "syntax error: " + el[0].Msg
 }
 
 var posPrefix = regexp.MustCompile(`^(_\.go:)?\d+:\d+: `)
@@ -460,6 +489,7 @@ func (g *goEval) noteSpecs(d *ast.GenDecl) {
 			}
 		case *ast.TypeSpec:
 			g.names[sp.Name.Name] = true
+			g.types[sp.Name.Name] = true
 		}
 	}
 }

@@ -27,9 +27,13 @@ type undefinedError struct {
 	name string // "froge" or "forge.Randnn"
 	near string // the nearest known name, or ""
 	typ  string // for x.name: the type of x, which has no such member
+	msg  string // the whole message, for another misuse of a name
 }
 
 func (e undefinedError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
 	if e.typ != "" {
 		msg := e.name + " undefined (type " + e.typ + " has no field or method " + e.name[strings.LastIndexByte(e.name, '.')+1:]
 		if e.near != "" {
@@ -110,7 +114,7 @@ func (g *goEval) undefined(src string, extra ...string) error {
 	if r.typ != "" {
 		near = nearest(r.bad[strings.LastIndexByte(r.bad, '.')+1:], r.cands)
 	}
-	return undefinedError{r.bad, near, r.typ}
+	return undefinedError{r.bad, near, r.typ, r.msg}
 }
 
 // resolver walks Go source with its scopes, stopping at the first name
@@ -121,6 +125,7 @@ type resolver struct {
 	bad    string
 	cands  []string // the names that were in scope of bad
 	typ    string   // bad is a selector: the operand's type
+	msg    string   // the message, when bad is misused rather than undefined
 }
 
 func (r *resolver) push()               { r.scopes = append(r.scopes, map[string]bool{}) }
@@ -408,6 +413,16 @@ func (r *resolver) expr(e ast.Expr) {
 				r.cands = append(f, m...)
 			}
 			return false
+		case *ast.CallExpr:
+			r.expr(n.Fun)
+			if t := r.typeOf(n.Fun); r.bad == "" && t != nil && t.Kind() != reflect.Func {
+				r.bad = types.ExprString(n.Fun)
+				r.msg = "invalid operation: cannot call non-function " + r.bad + " (of type " + t.String() + ")"
+			}
+			for _, a := range n.Args {
+				r.expr(a)
+			}
+			return false
 		case *ast.FuncLit:
 			r.push()
 			r.params(n.Type.Params)
@@ -517,7 +532,7 @@ func (r *resolver) typeOf(e ast.Expr) reflect.Type {
 	case *ast.ParenExpr:
 		return r.typeOf(e.X)
 	case *ast.Ident:
-		if r.local(e.Name) || !r.g.knows(e.Name) || universe[e.Name] || e.Name == "_" {
+		if r.local(e.Name) || !r.g.knows(e.Name) || universe[e.Name] || r.g.types[e.Name] || e.Name == "_" {
 			return nil
 		}
 		if _, ok := packages[e.Name]; ok && !r.g.names[e.Name] {
