@@ -107,7 +107,11 @@ func (s *Session) completeGo(text string) ([]string, string) {
 		names := []string{"model", "tr", "run", "ctx", "ans"}
 		names = append(names, sortedKeys(packages)...)
 		if s.goi != nil {
-			names = append(names, sortedKeys(s.goi.names)...)
+			for _, n := range sortedKeys(s.goi.names) {
+				if !strings.HasPrefix(n, "__") { // the session's temporaries
+					names = append(names, n)
+				}
+			}
 		}
 		return withPrefix(names, expr), expr
 	}

@@ -42,6 +42,9 @@ func TestUndefinedNames(t *testing.T) {
 		"func h(a int) int { return a + bb }",
 		"for i := 0; i < 3; i++ { fmt.Println(i + nope) }",
 		"forge.Ones(2).Nope()",
+		// A declaration the interpreter refused declares nothing.
+		"w := forge.Ones(\"a\")",
+		"w.Sum()",
 		// Names that are declared, by the input or the session, resolve.
 		"func sq(v float64) float64 { w := v; return w * w }",
 		"type P struct{ A int }",
@@ -51,6 +54,8 @@ func TestUndefinedNames(t *testing.T) {
 		"var a any = 1",
 		"func kind(a any) int { switch v := a.(type) { case int: return v + 1 }; return 0 }",
 		"sq(2)",
+		"import s2 \"strings\"",
+		"s2.ToUpper(\"a\")",
 	}, "\n"))
 	for in, want := range map[string]string{
 		"undefinedThing + 1":                  "undefined: undefinedThing",
@@ -64,13 +69,14 @@ func TestUndefinedNames(t *testing.T) {
 		"func h(a int) int { return a + bb }": "undefined: bb",
 		"for i := 0; i < 3; i++ { fmt.Println(i + nope) }": "undefined: nope",
 		"forge.Ones(2).Nope()":                             "forge.Ones(2).Nope undefined (type *forge.Tensor has no field or method Nope)",
+		"w.Sum()":                                          "undefined: w",
 	} {
 		if got[in] != want {
 			t.Errorf("%s: error %q, want %q", in, got[in], want)
 		}
 	}
 	for _, in := range []string{"myValue := 3", "func sq(v float64) float64 { w := v; return w * w }", "type P struct{ A int }",
-		"p := P{A: 1}", "p.A + myValue", "for i, v := range []int{1, 2} { _ = i + v }", "var a any = 1", "func kind(a any) int { switch v := a.(type) { case int: return v + 1 }; return 0 }", "sq(2)"} {
+		"p := P{A: 1}", "p.A + myValue", "for i, v := range []int{1, 2} { _ = i + v }", "var a any = 1", "func kind(a any) int { switch v := a.(type) { case int: return v + 1 }; return 0 }", "sq(2)", "import s2 \"strings\"", "s2.ToUpper(\"a\")"} {
 		if e, ok := got[in]; !ok || e != "" {
 			t.Errorf("%s: error %q, want none", in, e)
 		}

@@ -39,9 +39,9 @@ type goEval struct {
 	// names declared at the top level by the code the session evaluated
 	// (the user's and its own), for completion and for resolving names.
 	names map[string]bool
-	// types: the names among names that are types (evaluating one gives
-	// no value of it).
-	types map[string]bool
+	// types: the names among names that are types; values: those that
+	// are values the interpreter accepted, which can be looked at.
+	types, values map[string]bool
 	// hasAns: ans is bound (an expression has been evaluated).
 	hasAns bool
 }
@@ -69,7 +69,7 @@ func (s *Session) interp() (*goEval, error) {
 	if s.goi != nil {
 		return s.goi, nil
 	}
-	g := &goEval{names: map[string]bool{}, types: map[string]bool{}, cur: context.Background()}
+	g := &goEval{names: map[string]bool{}, types: map[string]bool{}, values: map[string]bool{}, cur: context.Background()}
 	g.ctx = sessionContext{g}
 	g.i = interp.New(interp.Options{Stdout: s.stdout, Stderr: io.Discard})
 	if err := g.i.Use(symbols.Symbols); err != nil {
@@ -107,7 +107,7 @@ func (g *goEval) bind(s *Session) error {
 	}
 	const code = "model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx"
 	_, err := g.i.Eval(code)
-	g.noteNames(code)
+	g.noteNames(code, err == nil)
 	return err
 }
 
@@ -138,9 +138,16 @@ func (g *goEval) evalAs(ctx context.Context, code, user string, alias map[string
 	defer func() { g.cur = context.Background() }()
 	v, err := g.i.EvalWithContext(ctx, code)
 	if err != nil {
+		// A panic comes after the declarations ran; a refused input
+		// declared nothing (a later use of its names is undefined, not a
+		// use of what the interpreter left half-declared).
+		var p interp.Panic
+		if errors.As(err, &p) {
+			g.noteNames(code, true)
+		}
 		return v, g.explain(ctx, err, user, alias)
 	}
-	g.noteNames(code)
+	g.noteNames(code, true)
 	return v, nil
 }
 
@@ -175,6 +182,7 @@ var (
 	reInterpType = regexp.MustCompile(`\b(bool|string|error|int|int8|int16|int32|int64|uint|uint8|uint16|uint32|uint64|uintptr|float32|float64|complex64|complex128|nil|func|map|slice|array|ptr|struct|interface|chan)T\b`)
 	rePosition   = regexp.MustCompile(`(_\.go:)?\b\d+:\d+: ?`)
 	reTemp       = regexp.MustCompile(`\b__([a-z]+)\d*\b`)
+	reImported   = regexp.MustCompile(`(\w+)/_\.go redeclared in this block`)
 	reConvert    = regexp.MustCompile(`reflect\.Value\.Convert: value of type (\S+) cannot be converted to type (\S+)`)
 	reReflect    = regexp.MustCompile(`reflect(\.Value\.\w+)?: `)
 )
@@ -200,6 +208,7 @@ func scrub(msg string, alias map[string]string) string {
 	msg = reInterpType.ReplaceAllString(msg, "$1")
 	msg = strings.ReplaceAll(msg, "undefined selector: ", "no field or method ")
 	msg = strings.ReplaceAll(msg, "undefined selector ", "no field or method ")
+	msg = reImported.ReplaceAllString(msg, "$1 is already imported")
 	msg = reConvert.ReplaceAllString(msg, "cannot use a value of type $1 as type $2")
 	msg = reReflect.ReplaceAllString(msg, "")
 	return msg
@@ -268,7 +277,6 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	}
 	expr, perr := parser.ParseExpr(src)
 	if perr != nil {
-		g.noteNames(src) // (a failed declaration too: its names are taken)
 		_, err := g.evalAs(ctx, src, src, nil)
 		return err
 	}
@@ -442,18 +450,55 @@ func format(v reflect.Value) string {
 	return fmt.Sprintf("%v", x)
 }
 
-// noteNames records the names src declares at top level, for completion.
-func (g *goEval) noteNames(src string) {
+// noteNames records the names src declares at top level, for completion
+// and for resolving names; accepted: the interpreter has run src, so its
+// values can be looked at (a declaration it refused leaves the name
+// half-declared, and looking at it gives a stale value).
+func (g *goEval) noteNames(src string, accepted bool) {
+	note := func(name string, kind byte) {
+		if name == "_" {
+			return
+		}
+		g.names[name] = true
+		switch {
+		case kind == 't':
+			g.types[name] = true
+		case kind == 'v' && accepted:
+			g.values[name] = true
+		}
+		if kind != 'v' {
+			delete(g.values, name)
+		}
+	}
+	specs := func(d *ast.GenDecl) {
+		for _, sp := range d.Specs {
+			switch sp := sp.(type) {
+			case *ast.ValueSpec:
+				for _, n := range sp.Names {
+					note(n.Name, 'v')
+				}
+			case *ast.TypeSpec:
+				note(sp.Name.Name, 't')
+			case *ast.ImportSpec:
+				name := strings.Trim(sp.Path.Value, "\"`")
+				name = name[strings.LastIndexByte(name, '/')+1:]
+				if sp.Name != nil {
+					name = sp.Name.Name
+				}
+				note(name, 'p')
+			}
+		}
+	}
 	fset := token.NewFileSet()
 	if f, err := parser.ParseFile(fset, "", "package p\n"+src, 0); err == nil {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
 				if d.Recv == nil {
-					g.names[d.Name.Name] = true
+					note(d.Name.Name, 'v')
 				}
 			case *ast.GenDecl:
-				g.noteSpecs(d)
+				specs(d)
 			}
 		}
 		return
@@ -467,29 +512,15 @@ func (g *goEval) noteNames(src string) {
 		case *ast.AssignStmt:
 			if st.Tok == token.DEFINE {
 				for _, l := range st.Lhs {
-					if id, ok := l.(*ast.Ident); ok && id.Name != "_" {
-						g.names[id.Name] = true
+					if id, ok := l.(*ast.Ident); ok {
+						note(id.Name, 'v')
 					}
 				}
 			}
 		case *ast.DeclStmt:
 			if d, ok := st.Decl.(*ast.GenDecl); ok {
-				g.noteSpecs(d)
+				specs(d)
 			}
-		}
-	}
-}
-
-func (g *goEval) noteSpecs(d *ast.GenDecl) {
-	for _, sp := range d.Specs {
-		switch sp := sp.(type) {
-		case *ast.ValueSpec:
-			for _, n := range sp.Names {
-				g.names[n.Name] = true
-			}
-		case *ast.TypeSpec:
-			g.names[sp.Name.Name] = true
-			g.types[sp.Name.Name] = true
 		}
 	}
 }

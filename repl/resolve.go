@@ -474,6 +474,9 @@ func (r *resolver) expr(e ast.Expr) {
 // nearest returns the candidate closest to name in spelling (letter case
 // ignored), if one is close enough to be a likely typo.
 func nearest(name string, cands []string) string {
+	if len(name) < 3 {
+		return "" // any name is a typo away from a short one
+	}
 	limit := 1
 	switch n := len(name); {
 	case n >= 9:
@@ -532,11 +535,8 @@ func (r *resolver) typeOf(e ast.Expr) reflect.Type {
 	case *ast.ParenExpr:
 		return r.typeOf(e.X)
 	case *ast.Ident:
-		if r.local(e.Name) || !r.g.knows(e.Name) || universe[e.Name] || r.g.types[e.Name] || e.Name == "_" {
-			return nil
-		}
-		if _, ok := packages[e.Name]; ok && !r.g.names[e.Name] {
-			return nil
+		if r.local(e.Name) || !r.g.values[e.Name] {
+			return nil // (model, tr, run and ctx are values the binding declared)
 		}
 		v, err := r.g.i.Eval(e.Name)
 		if err != nil || !v.IsValid() {
