@@ -90,10 +90,11 @@ func TestNoInterpreterInternals(t *testing.T) {
 	got := errorLines(t, s, out, "forge.Arange(6)\nforge.Arange(1, 2, 3, 4)\nvar f float64 = true\nx := 1\nx.Foo\nx()\n"+
 		"z := []int{1}\nz[5]\ny :=\n?froge.Randn\n:profile froge.Ones(2)")
 	for in, want := range map[string]string{
-		"x()":                    "invalid operation: cannot call non-function x (of type int)",
-		"y :=":                   "syntax error: expected operand, found the end of the input",
-		"?froge.Randn":           "?froge.Randn: undefined: froge (did you mean forge?)",
-		":profile froge.Ones(2)": "undefined: froge (did you mean forge?)",
+		"x()":                      "invalid operation: cannot call non-function x (of type int)",
+		"forge.Arange(1, 2, 3, 4)": "too many arguments in call to forge.Arange: forge.Arange takes (float64, float64, float64) *forge.Tensor (?forge.Arange documents it)",
+		"y :=":                     "syntax error: expected operand, found the end of the input",
+		"?froge.Randn":             "?froge.Randn: undefined: froge (did you mean forge?)",
+		":profile froge.Ones(2)":   "undefined: froge (did you mean forge?)",
 	} {
 		if got[in] != want {
 			t.Errorf("%s: %q, want %q", in, got[in], want)

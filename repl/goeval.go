@@ -392,6 +392,9 @@ func callError(err error, fun string, ftype reflect.Type) error {
 		return err
 	}
 	msg := err.Error()
+	if msg == "too many arguments" || msg == "not enough arguments" {
+		msg += " in call to " + fun
+	}
 	if strings.Contains(msg, "argument") || strings.HasPrefix(msg, "cannot use ") || strings.HasPrefix(msg, "cannot convert ") {
 		return fmt.Errorf("%s: %s takes %s (?%s documents it)", msg, fun, signature(ftype), fun)
 	}
