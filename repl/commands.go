@@ -301,7 +301,10 @@ func cmdInspect(s *Session, ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		v, err := g.eval(ctx, src)
+		if err := s.paramArgError(g, src); err != nil {
+			return err
+		}
+		v, err := g.evalAs(ctx, src, src, nil)
 		if err != nil {
 			if s.run != nil && !strings.ContainsAny(src, "().") {
 				return fmt.Errorf("%s is neither a parameter (see :params) nor a Go value: %v", src, err)

@@ -13,7 +13,8 @@ import (
 // Complete returns the completions of the word that ends at byte pos of
 // line, and that word: meta-commands and their arguments (from the command
 // table), package members, and the fields and methods of live values
-// (model.Wte.We<Tab>). An empty word has no completions.
+// (model.Wte.We<Tab>). An empty Go word has no completions; a
+// meta-command's empty argument lists them all (:plot <Tab>).
 func (s *Session) Complete(line string, pos int) (candidates []string, word string) {
 	if pos > len(line) || pos < 0 {
 		pos = len(line)
@@ -39,10 +40,14 @@ func commandNames() []string {
 	return out
 }
 
+// completeCommand completes a meta-command's name or argument. With no
+// prefix typed (":", ":plot ") every candidate is listed; a sole
+// candidate that ends a word (not a directory) ends with a space, ready
+// for the next argument.
 func (s *Session) completeCommand(text string) ([]string, string) {
 	name, rest, hasArgs := strings.Cut(text, " ")
 	if !hasArgs {
-		return withPrefix(commandNames(), name), name
+		return wordEnd(withPrefix(commandNames(), name)), name
 	}
 	c, err := findCommand(name)
 	if err != nil || c.complete == nil {
@@ -53,17 +58,20 @@ func (s *Session) completeCommand(text string) ([]string, string) {
 		args = append(args, "")
 	}
 	word := args[len(args)-1]
-	if word == "" {
-		return nil, ""
-	}
-	return withPrefix(c.complete(s, args), word), word
+	return wordEnd(withPrefix(c.complete(s, args), word)), word
 }
 
-// withPrefix keeps the candidates that start with word, sorted and unique.
-func withPrefix(cands []string, word string) []string {
-	if word == "" {
-		return nil
+// wordEnd adds the space after a sole candidate that is a whole word.
+func wordEnd(cands []string) []string {
+	if len(cands) == 1 && !strings.HasSuffix(cands[0], string(filepath.Separator)) {
+		return []string{cands[0] + " "}
 	}
+	return cands
+}
+
+// withPrefix keeps the candidates that start with word, sorted and unique
+// (all of them for an empty word).
+func withPrefix(cands []string, word string) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, c := range cands {
@@ -99,7 +107,11 @@ func (s *Session) completeGo(text string) ([]string, string) {
 		names := []string{"model", "tr", "run", "ctx", "ans"}
 		names = append(names, sortedKeys(packages)...)
 		if s.goi != nil {
-			names = append(names, sortedKeys(s.goi.names)...)
+			for _, n := range sortedKeys(s.goi.names) {
+				if !strings.HasPrefix(n, "__") { // the session's temporaries
+					names = append(names, n)
+				}
+			}
 		}
 		return withPrefix(names, expr), expr
 	}
@@ -113,8 +125,8 @@ func (s *Session) completeGo(text string) ([]string, string) {
 		cands = packageMembers(path)
 	} else if isSelector(base) {
 		g, err := s.interp()
-		if err != nil {
-			return nil, ""
+		if err != nil || g.undefined(base) != nil {
+			return nil, "" // (evaluating an undefined name would half-declare it)
 		}
 		v, err := g.i.Eval(base)
 		if err != nil {

@@ -19,14 +19,19 @@ func TestComplete(t *testing.T) {
 		want       []string // candidates that must be among the answers
 		none       bool
 	}{
-		{":st", "st", []string{"step"}, false},
+		{":st", "st", []string{"step "}, false},
+		{":pl", "pl", []string{"plot "}, false},
+		{":", "", []string{"help", "inspect", "plot", "quit"}, false},
 		{":s", "s", []string{"sample", "save", "set", "step"}, false},
 		{":plot lo", "lo", []string{"loss"}, false},
-		{":plot loss --b", "--b", []string{"--browser"}, false},
+		{":plot loss --b", "--b", []string{"--browser "}, false},
+		{":plot ", "", []string{"loss", "val_loss", "lr", "--last", "--browser"}, false},
+		{":plot loss ", "", []string{"val_loss", "--browser"}, false},
+		{":inspect ", "", []string{"wte.weight", "norm_f.weight", "blocks.0.attn.wo.weight"}, false},
 		{":params blocks.0.at", "blocks.0.at", []string{"blocks.0.attn.wqkv.weight", "blocks.0.attn.wo.weight"}, false},
-		{":new ti", "ti", []string{"tiny"}, false},
-		{":bench mat", "mat", []string{"matmul"}, false},
-		{":set li", "li", []string{"live"}, false},
+		{":new ti", "ti", []string{"tiny "}, false},
+		{":bench mat", "mat", []string{"matmul "}, false},
+		{":set li", "li", []string{"live "}, false},
 		{"tr.StepC", "StepC", []string{"StepCount"}, false},
 		{"x := model.Wte.W", "W", []string{"Weight"}, false},
 		{"model.Wte.", "", []string{"Weight", "Forward", "Params"}, false},
@@ -36,7 +41,6 @@ func TestComplete(t *testing.T) {
 		{"?forge.On", "On", []string{"Ones", "OnesLike"}, false},
 		{"?:ru", "ru", []string{"run"}, false},
 		{"", "", nil, true},
-		{":plot ", "", nil, true},
 		{"x := ", "", nil, true},
 		{"nosuch.Fo", "", nil, true},
 	} {

@@ -68,6 +68,9 @@ func (s *Session) docValue(name string) error {
 	if err != nil {
 		return err
 	}
+	if err := g.undefined(name); err != nil {
+		return fmt.Errorf("?%s: %v", name, err)
+	}
 	v, err := g.i.Eval(name)
 	if err != nil {
 		return fmt.Errorf("?%s: %v", name, goError(err, contextBackground))

@@ -36,8 +36,14 @@ type goEval struct {
 	run   *train.Session
 	ctx   context.Context
 	cur   context.Context // the running evaluation's context
-	// names the user declared, for completion.
+	// names declared at the top level by the code the session evaluated
+	// (the user's and its own), for completion and for resolving names.
 	names map[string]bool
+	// types: the names among names that are types; values: those that
+	// are values the interpreter accepted, which can be looked at.
+	types, values map[string]bool
+	// hasAns: ans is bound (an expression has been evaluated).
+	hasAns bool
 }
 
 // packages maps the names the interpreter imports to their paths.
@@ -63,7 +69,7 @@ func (s *Session) interp() (*goEval, error) {
 	if s.goi != nil {
 		return s.goi, nil
 	}
-	g := &goEval{names: map[string]bool{}, cur: context.Background()}
+	g := &goEval{names: map[string]bool{}, types: map[string]bool{}, values: map[string]bool{}, cur: context.Background()}
 	g.ctx = sessionContext{g}
 	g.i = interp.New(interp.Options{Stdout: s.stdout, Stderr: io.Discard})
 	if err := g.i.Use(symbols.Symbols); err != nil {
@@ -99,7 +105,9 @@ func (g *goEval) bind(s *Session) error {
 	if s.run != nil {
 		g.model, g.tr = s.run.Model, s.run.Trainer
 	}
-	_, err := g.i.Eval("model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx")
+	const code = "model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx"
+	_, err := g.i.Eval(code)
+	g.noteNames(code, err == nil)
 	return err
 }
 
@@ -112,15 +120,116 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// eval runs src in the interpreter, interrupted by ctx.
-func (g *goEval) eval(ctx context.Context, src string) (reflect.Value, error) {
+// eval runs code in the interpreter, interrupted by ctx. code is what
+// the session hands the interpreter; user is the Go the user typed in it
+// (for errors), with extra the names code binds around it and alias the
+// session's temporary names in code mapped to the user's words.
+func (g *goEval) eval(ctx context.Context, code string) (reflect.Value, error) {
+	return g.evalAs(ctx, code, "", nil)
+}
+
+func (g *goEval) evalAs(ctx context.Context, code, user string, alias map[string]string, extra ...string) (reflect.Value, error) {
+	if user != "" {
+		if u := g.undefined(user, extra...); u != nil {
+			return reflect.Value{}, u
+		}
+	}
 	g.cur = ctx
 	defer func() { g.cur = context.Background() }()
-	v, err := g.i.EvalWithContext(ctx, src)
+	v, err := g.i.EvalWithContext(ctx, code)
 	if err != nil {
-		return v, goError(err, ctx)
+		// A panic comes after the declarations ran; a refused input
+		// declared nothing (a later use of its names is undefined, not a
+		// use of what the interpreter left half-declared).
+		var p interp.Panic
+		if errors.As(err, &p) {
+			g.noteNames(code, true)
+		}
+		return v, g.explain(ctx, err, user, alias)
 	}
+	g.noteNames(code, true)
 	return v, nil
+}
+
+// explain turns an interpreter error into one line in the user's terms:
+// the interpreter's own names, types and positions are translated or
+// dropped. (A name that nothing declares never reaches the interpreter:
+// evalAs names it as Go does, with the nearest known name.)
+func (g *goEval) explain(ctx context.Context, err error, user string, alias map[string]string) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return errors.New("interrupted")
+	}
+	var p interp.Panic
+	if errors.As(err, &p) {
+		if fe, ok := p.Value.(*forge.Error); ok {
+			return fe
+		}
+	}
+	e := goError(err, ctx)
+	var fe *forge.Error
+	if errors.As(e, &fe) {
+		return e
+	}
+	msg := e.Error()
+	if strings.HasPrefix(msg, "syntax error: ") && user != "" {
+		msg = syntaxError(user, msg)
+	}
+	return errors.New(scrub(msg, alias))
+}
+
+var (
+	// yaegi's names of Go's types: float64T, boolT, …
+	reInterpType = regexp.MustCompile(`\b(bool|string|error|int|int8|int16|int32|int64|uint|uint8|uint16|uint32|uint64|uintptr|float32|float64|complex64|complex128|nil|func|map|slice|array|ptr|struct|interface|chan)T\b`)
+	rePosition   = regexp.MustCompile(`(_\.go:)?\b\d+:\d+: ?`)
+	reTemp       = regexp.MustCompile(`\b__([a-z]+)\d*\b`)
+	reImported   = regexp.MustCompile(`(\w+)/_\.go redeclared in this block`)
+	reConvert    = regexp.MustCompile(`reflect\.Value\.Convert: value of type (\S+) cannot be converted to type (\S+)`)
+	reReflect    = regexp.MustCompile(`reflect(\.Value\.\w+)?: `)
+)
+
+// tempWords are the words for the session's temporary names left in an
+// interpreter error.
+var tempWords = map[string]string{"fn": "the function", "f": "the expression", "v": "the value", "r": "the result", "cond": "the condition"}
+
+// scrub rewrites an interpreter message in the user's terms.
+func scrub(msg string, alias map[string]string) string {
+	for from, to := range alias {
+		msg = regexp.MustCompile(`\b`+regexp.QuoteMeta(from)+`\b`).ReplaceAllLiteralString(msg, to)
+	}
+	msg = reTemp.ReplaceAllStringFunc(msg, func(m string) string {
+		if w, ok := tempWords[reTemp.FindStringSubmatch(m)[1]]; ok {
+			return w
+		}
+		return "a value"
+	})
+	msg = strings.TrimPrefix(msg, "CFG post-order panic: ")
+	msg = strings.ReplaceAll(msg, "CFG post-order panic: ", "")
+	msg = rePosition.ReplaceAllString(msg, "")
+	msg = reInterpType.ReplaceAllString(msg, "$1")
+	msg = strings.ReplaceAll(msg, "undefined selector: ", "no field or method ")
+	msg = strings.ReplaceAll(msg, "undefined selector ", "no field or method ")
+	msg = reImported.ReplaceAllString(msg, "$1 is already imported")
+	msg = reConvert.ReplaceAllString(msg, "cannot use a value of type $1 as type $2")
+	msg = reReflect.ReplaceAllString(msg, "")
+	return msg
+}
+
+// syntaxError words a syntax error found in the code wrapped around the
+// user's src (yaegi's, or the session's) as being at the end of src.
+func syntaxError(src, msg string) string {
+	fset := token.NewFileSet()
+	if _, err := parser.ParseFile(fset, "", "package p\n"+src, 0); err == nil {
+		return msg
+	}
+	_, err := parser.ParseFile(fset, "", "package p\nfunc _() {\n"+src+"\n}", 0)
+	var el scanner.ErrorList
+	if !errors.As(err, &el) || len(el) == 0 {
+		return msg
+	}
+	if el[0].Pos.Line > 2+strings.Count(src, "\n") { // past the user's last line
+		return "syntax error: " + regexp.MustCompile(`found '.*'$`).ReplaceAllString(el[0].Msg, "found the end of the input")
+	}
+	return "syntax error: " + el[0].Msg
 }
 
 var posPrefix = regexp.MustCompile(`^(_\.go:)?\d+:\d+: `)
@@ -152,6 +261,10 @@ func goError(err error, ctx context.Context) error {
 // voidBuiltins are the builtins that return nothing.
 var voidBuiltins = map[string]bool{"panic": true, "print": true, "println": true, "delete": true, "close": true, "clear": true}
 
+// leaveWords are what Python and IPython users type to leave; unless the
+// session declared them, they leave as :quit does (saving first).
+var leaveWords = map[string]bool{"quit": true, "exit": true, "quit()": true, "exit()": true}
+
 // evalGo evaluates Go: an expression's value is printed and bound to ans;
 // statements and declarations print nothing (except their own output).
 func (s *Session) evalGo(ctx context.Context, src string) error {
@@ -159,26 +272,32 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	if err != nil {
 		return err
 	}
+	if leaveWords[src] && !g.names[strings.TrimSuffix(src, "()")] {
+		return cmdQuit(s, ctx, nil)
+	}
 	expr, perr := parser.ParseExpr(src)
 	if perr != nil {
-		g.noteNames(src)
-		_, err := g.eval(ctx, src)
+		_, err := g.evalAs(ctx, src, src, nil)
 		return err
 	}
-	if _, ok := expr.(*ast.Ident); ok {
-		// Look first: a name's errors read better than ans := name's.
-		if _, err := g.eval(ctx, src); err != nil {
-			return err
-		}
-	}
-	call, ok := ast.Unparen(expr).(*ast.CallExpr)
-	if !ok {
-		v, err := g.eval(ctx, "ans := ("+src+")")
+	if id, ok := expr.(*ast.Ident); ok {
+		// A name: look, then bind ans (looking twice has no effect).
+		v, err := g.evalAs(ctx, src, src, nil)
 		if err != nil {
 			return err
 		}
+		if id.Name != "ans" {
+			if _, err := g.evalAs(ctx, "ans := "+src, src, nil); err != nil {
+				return err
+			}
+			g.hasAns = true
+		}
 		s.print(v)
 		return nil
+	}
+	call, ok := ast.Unparen(expr).(*ast.CallExpr)
+	if !ok {
+		return s.evalValue(ctx, g, "("+src+")", src, nil)
 	}
 	// A call: find how many results it has without calling it, by taking
 	// the function as a value first (its receiver is evaluated once).
@@ -186,28 +305,32 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	args := src[call.Lparen-1 : call.Rparen]
 	nout := 1
 	var ftype reflect.Type
+	var alias map[string]string
+	code := src
 	if id, ok := call.Fun.(*ast.Ident); ok && voidBuiltins[id.Name] {
 		nout = 0
 	} else if sel, ok := call.Fun.(*ast.SelectorExpr); ok && isIdent(sel.X, "fmt") && strings.Contains(sel.Sel.Name, "rint") {
 		nout = 0 // fmt.Println's byte count is noise
-	} else if fv, err := g.eval(ctx, "__fn := "+fun); err == nil && fv.Kind() == reflect.Func {
+	} else if fv, err := g.evalAs(ctx, "__fn := "+fun, fun, nil); err == nil && fv.Kind() == reflect.Func {
 		ftype = fv.Type()
 		nout = ftype.NumOut()
-		src = "__fn" + args
+		code = "__fn" + args
+		alias = map[string]string{"__fn": fun}
 	} else if err != nil && ctx.Err() != nil {
 		return err
+	} else if err != nil && strings.Contains(err.Error(), "no field or method") {
+		var u undefinedError
+		if errors.As(err, &u) {
+			return err
+		}
+		return fmt.Errorf("%s: %v", fun, err)
 	}
 	switch nout {
 	case 0:
-		_, err := g.eval(ctx, src)
-		return err
+		_, err := g.evalAs(ctx, code, src, alias)
+		return callError(err, fun, ftype)
 	case 1:
-		v, err := g.eval(ctx, "ans := "+src)
-		if err != nil {
-			return err
-		}
-		s.print(v)
-		return nil
+		return callError(s.evalValue(ctx, g, code, src, alias), fun, ftype)
 	}
 	// Several results: (v, err) prints v or returns err; others print as
 	// a tuple. ans is the first.
@@ -215,8 +338,8 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	for i := range names {
 		names[i] = fmt.Sprintf("__r%d", i)
 	}
-	if _, err := g.eval(ctx, strings.Join(names, ", ")+" := "+src); err != nil {
-		return err
+	if _, err := g.evalAs(ctx, strings.Join(names, ", ")+" := "+code, src, alias); err != nil {
+		return callError(err, fun, ftype)
 	}
 	vals := make([]reflect.Value, nout)
 	for i, n := range names {
@@ -233,6 +356,7 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	if _, err := g.eval(ctx, "ans := __r0"); err != nil {
 		return err
 	}
+	g.hasAns = true
 	if len(vals) == 1 {
 		s.print(vals[0])
 		return nil
@@ -243,6 +367,38 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	}
 	fmt.Fprintf(s.stdout, "(%s)\n", strings.Join(parts, ", "))
 	return nil
+}
+
+// evalValue evaluates the expression code (the user's src), prints its
+// value and binds it to ans. The value goes through a temporary so that
+// an expression reading ans (ans*2) sees the previous ans.
+func (s *Session) evalValue(ctx context.Context, g *goEval, code, src string, alias map[string]string) error {
+	if _, err := g.evalAs(ctx, "__v := "+code, src, alias); err != nil {
+		return err
+	}
+	v, err := g.eval(ctx, "ans := __v")
+	if err != nil {
+		return err
+	}
+	g.hasAns = true
+	s.print(v)
+	return nil
+}
+
+// callError adds to an error about a call's arguments what the function
+// takes.
+func callError(err error, fun string, ftype reflect.Type) error {
+	if err == nil || ftype == nil {
+		return err
+	}
+	msg := err.Error()
+	if msg == "too many arguments" || msg == "not enough arguments" {
+		msg += " in call to " + fun
+	}
+	if strings.Contains(msg, "argument") || strings.HasPrefix(msg, "cannot use ") || strings.HasPrefix(msg, "cannot convert ") {
+		return fmt.Errorf("%s: %s takes %s (?%s documents it)", msg, fun, signature(ftype), fun)
+	}
+	return err
 }
 
 func isIdent(e ast.Expr, name string) bool {
@@ -297,18 +453,55 @@ func format(v reflect.Value) string {
 	return fmt.Sprintf("%v", x)
 }
 
-// noteNames records the names src declares at top level, for completion.
-func (g *goEval) noteNames(src string) {
+// noteNames records the names src declares at top level, for completion
+// and for resolving names; accepted: the interpreter has run src, so its
+// values can be looked at (a declaration it refused leaves the name
+// half-declared, and looking at it gives a stale value).
+func (g *goEval) noteNames(src string, accepted bool) {
+	note := func(name string, kind byte) {
+		if name == "_" {
+			return
+		}
+		g.names[name] = true
+		switch {
+		case kind == 't':
+			g.types[name] = true
+		case kind == 'v' && accepted:
+			g.values[name] = true
+		}
+		if kind != 'v' {
+			delete(g.values, name)
+		}
+	}
+	specs := func(d *ast.GenDecl) {
+		for _, sp := range d.Specs {
+			switch sp := sp.(type) {
+			case *ast.ValueSpec:
+				for _, n := range sp.Names {
+					note(n.Name, 'v')
+				}
+			case *ast.TypeSpec:
+				note(sp.Name.Name, 't')
+			case *ast.ImportSpec:
+				name := strings.Trim(sp.Path.Value, "\"`")
+				name = name[strings.LastIndexByte(name, '/')+1:]
+				if sp.Name != nil {
+					name = sp.Name.Name
+				}
+				note(name, 'p')
+			}
+		}
+	}
 	fset := token.NewFileSet()
 	if f, err := parser.ParseFile(fset, "", "package p\n"+src, 0); err == nil {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
 				if d.Recv == nil {
-					g.names[d.Name.Name] = true
+					note(d.Name.Name, 'v')
 				}
 			case *ast.GenDecl:
-				g.noteSpecs(d)
+				specs(d)
 			}
 		}
 		return
@@ -322,28 +515,15 @@ func (g *goEval) noteNames(src string) {
 		case *ast.AssignStmt:
 			if st.Tok == token.DEFINE {
 				for _, l := range st.Lhs {
-					if id, ok := l.(*ast.Ident); ok && id.Name != "_" {
-						g.names[id.Name] = true
+					if id, ok := l.(*ast.Ident); ok {
+						note(id.Name, 'v')
 					}
 				}
 			}
 		case *ast.DeclStmt:
 			if d, ok := st.Decl.(*ast.GenDecl); ok {
-				g.noteSpecs(d)
+				specs(d)
 			}
-		}
-	}
-}
-
-func (g *goEval) noteSpecs(d *ast.GenDecl) {
-	for _, sp := range d.Specs {
-		switch sp := sp.(type) {
-		case *ast.ValueSpec:
-			for _, n := range sp.Names {
-				g.names[n.Name] = true
-			}
-		case *ast.TypeSpec:
-			g.names[sp.Name.Name] = true
 		}
 	}
 }
@@ -389,4 +569,40 @@ func incomplete(src string) bool {
 		}
 	}
 	return depth > 0
+}
+
+// condVars are the names a :run until condition sees.
+var condVars = []string{"step", "loss", "val_loss", "lr", "grad_norm"}
+
+const condParams = "(step int, loss, val_loss, lr, grad_norm float64)"
+
+// condition compiles the Go condition of :run until into a function of
+// condVars returning bool.
+func (g *goEval) condition(ctx context.Context, cond string) (reflect.Value, error) {
+	if _, err := parser.ParseExpr(cond); err != nil {
+		msg := posPrefix.ReplaceAllString(err.Error(), "")
+		if el, ok := err.(scanner.ErrorList); ok && len(el) > 0 {
+			msg = el[0].Msg
+		}
+		msg = strings.ReplaceAll(msg, "'EOF'", "the end")
+		return reflect.Value{}, fmt.Errorf("syntax error: %s (give a condition such as loss < 2 or step >= 300)", msg)
+	}
+	fv, err := g.evalAs(ctx, "__cond := func"+condParams+" bool { return "+cond+" }", cond, nil, condVars...)
+	if err == nil && fv.Kind() == reflect.Func {
+		return fv, nil
+	}
+	var u undefinedError
+	if errors.As(err, &u) || ctx.Err() != nil {
+		return fv, err
+	}
+	// Valid Go that is not true or false (loss): say what it is.
+	if v, err2 := g.eval(ctx, "__cond := func"+condParams+" any { return "+cond+" }; __cond(0, 0, 0, 0, 0)"); err2 == nil {
+		if x := valueOf(v); x != nil {
+			return fv, fmt.Errorf("%s is a %T, not true or false: give a condition such as loss < 2 or step >= 300", cond, x)
+		}
+	}
+	if err == nil {
+		err = errors.New("not a condition")
+	}
+	return fv, fmt.Errorf("%v (give a condition such as loss < 2 or step >= 300)", err)
 }

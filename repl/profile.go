@@ -71,7 +71,7 @@ func (s *Session) goFunc(ctx context.Context, src string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	fv, err := g.eval(ctx, "__f := func() {\n"+src+"\n}")
+	fv, err := g.evalAs(ctx, "__f := func() {\n"+src+"\n}", src, nil)
 	if err != nil {
 		var err2 error
 		if fv, err2 = g.eval(ctx, "__f := func() { _ = ("+src+") }"); err2 != nil {

@@ -163,7 +163,7 @@ func TestTerminal(t *testing.T) {
 	// Tab completes a command…
 	sc.typ(":st\t")
 	sc.waitFor(":st → :step", func(string) bool { return strings.HasSuffix(sc.lastLine(), "forge> :step") })
-	sc.typ(" 5\r")
+	sc.typ("5\r") // Tab ended the command with a space
 	sc.waitFor("the :step summary", func(s string) bool { return strings.Contains(s, "steps 0→5 in") })
 	sc.waitPrompt()
 
@@ -186,7 +186,7 @@ func TestTerminal(t *testing.T) {
 
 	sc.typ(":ru\t")
 	sc.waitFor(":ru → :run", func(string) bool { return strings.HasSuffix(sc.lastLine(), "forge> :run") })
-	sc.typ(" 1000000\r")
+	sc.typ("1000000\r")
 	sc.waitFor("the live line", func(s string) bool { return strings.Contains(s, "tok/s") && strings.Contains(s, "/1000000)") })
 	sc.typ("\x03") // Ctrl-C
 	screen := sc.waitFor("the interrupted summary", func(s string) bool { return strings.Contains(s, "interrupted at step") })

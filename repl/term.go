@@ -37,20 +37,35 @@ type feeder struct {
 	s       *Session
 	pending []string
 	failed  bool
+	// numbered: a script's errors start with the line its input began on.
+	numbered bool
+	n, start int // lines read; the line the pending input began on
+}
+
+// report prints an input's error, after the line it began on in a script.
+func (f *feeder) report(err error, line int) {
+	f.failed = true
+	if f.numbered {
+		fmt.Fprintf(f.s.stderr, "line %d: ", line)
+	}
+	fmt.Fprintf(f.s.stderr, "error: %s\n", OneLine(err))
 }
 
 // line takes one line; it reports whether the session should end.
 func (f *feeder) line(ctx context.Context, line string) (quit bool, complete bool) {
+	f.n++
 	// A blank line or a meta-command ends an unfinished Go input: it is
 	// evaluated as it stands (and reports its error).
 	if t := strings.TrimSpace(line); len(f.pending) > 0 && (t == "" || strings.HasPrefix(t, ":")) {
 		in := strings.Join(f.pending, "\n")
 		f.pending = nil
-		f.failed = true
-		fmt.Fprintf(f.s.stderr, "error: %s\n", OneLine(f.s.unfinished(in)))
+		f.report(f.s.unfinished(in), f.start)
 		if t == "" {
 			return false, true
 		}
+	}
+	if len(f.pending) == 0 {
+		f.start = f.n
 	}
 	f.pending = append(f.pending, line)
 	in := strings.Join(f.pending, "\n")
@@ -64,19 +79,24 @@ func (f *feeder) line(ctx context.Context, line string) (quit bool, complete boo
 	case errors.Is(err, ErrQuit):
 		return true, true
 	default:
-		f.failed = true
-		fmt.Fprintf(f.s.stderr, "error: %s\n", OneLine(err))
+		f.report(err, f.start)
 	}
 	return false, true
 }
 
 // RunLines evaluates the inputs read from r, one line at a time (lines
 // continue while Go brackets are open), printing each error as one line
-// and going on, until EOF or :quit; it then saves steps taken since the
+// that starts with the line its input began on ("line 3: error: …") and
+// going on, until EOF or :quit; it then saves steps taken since the
 // last save. Ctrl-C (SIGINT) interrupts the running input only. It
-// returns ErrInputFailed if an input failed.
+// returns ErrInputFailed if an input failed. When r is a file (the
+// process's stdin), it first says on stderr, in one line, why it reads
+// plain lines: the input, or the output, is not a terminal.
 func (s *Session) RunLines(r io.Reader) error {
-	f := &feeder{s: s}
+	if why := notTerminal(r, s.stdout); why != "" {
+		fmt.Fprintf(s.stderr, "forge repl: reading plain lines because %s: no banner, no prompt, no completion; errors name their line\n", why)
+	}
+	f := &feeder{s: s, numbered: true}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -90,14 +110,30 @@ func (s *Session) RunLines(r io.Reader) error {
 		return err
 	}
 	if len(f.pending) > 0 {
-		f.failed = true
-		fmt.Fprintf(s.stderr, "error: %s\n", OneLine(s.unfinished(strings.Join(f.pending, "\n"))))
+		f.report(s.unfinished(strings.Join(f.pending, "\n")), f.start)
 	}
 	if err := s.saveIfNeeded(); err != nil {
 		fmt.Fprintf(s.stderr, "error: %s\n", OneLine(err))
 		f.failed = true
 	}
 	return f.result()
+}
+
+// notTerminal says why a process reading r and writing w is not at a
+// terminal ("" when r is no file of the process, such as a string in a
+// test, or both are terminals).
+func notTerminal(r io.Reader, w io.Writer) string {
+	in, ok := r.(*os.File)
+	if !ok {
+		return ""
+	}
+	if !IsTerminal(in) {
+		return "input is not a terminal"
+	}
+	if out, ok := w.(*os.File); ok && !IsTerminal(out) {
+		return "output is not a terminal"
+	}
+	return ""
 }
 
 func (f *feeder) result() error {
@@ -229,9 +265,6 @@ type completer struct{ s *Session }
 func (c completer) Do(line []rune, pos int) ([][]rune, int) {
 	text := string(line[:pos])
 	cands, word := c.s.Complete(text, len(text))
-	if word == "" {
-		return nil, 0 // readline hangs listing candidates for an empty word
-	}
 	out := make([][]rune, len(cands))
 	for i, cand := range cands {
 		out[i] = []rune(cand[len(word):])

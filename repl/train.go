@@ -72,12 +72,9 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fv, err := g.eval(ctx, "__cond := func(step int, loss, val_loss, lr, grad_norm float64) bool { return "+strings.Join(cond, " ")+" }")
+	fv, err := g.condition(ctx, strings.Join(cond, " "))
 	if err != nil {
 		return fmt.Errorf("the condition: %v", err)
-	}
-	if fv.Kind() != reflect.Func {
-		return fmt.Errorf("the condition: not a boolean expression")
 	}
 	val := math.NaN()
 	if v := s.run.Trainer.History.LastVal(); v != nil {
