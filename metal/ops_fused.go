@@ -160,12 +160,17 @@ func (b *Backend) SumSquares(dst, src backend.View) {
 		return
 	}
 	part := b.Alloc(backend.Float32, nb)
-	defer b.Free(part)
 	b.runPipe(sumSquaresBlocksLabels[sdt], sq, p1, [3]int{nb, 1, 1}, [3]int{t1, 1, 1}, b.arg(backend.View{Buf: part}), b.arg(src),
 		bytesArg(sumSqParams{uint32(n), sumSqBlock}))
+	// The second pass reads what the first wrote: in a concurrent region
+	// it waits for the region's other first passes (one barrier for all
+	// of them, not one per tensor), and part is freed once it is encoded.
 	p2, t2 := b.rowThreadsFor(add, nb, 1024)
-	b.runPipe(sumSquaresTotalLabel, add, p2, [3]int{1, 1, 1}, [3]int{t2, 1, 1}, b.arg(one), b.arg(backend.View{Buf: part}),
-		bytesArg(sumSqParams{uint32(nb), uint32(nb)}))
+	d, _ := checkDispatch(sumSquaresTotalLabel, add, p2, [3]int{1, 1, 1}, [3]int{t2, 1, 1},
+		[]kernelArg{b.arg(one), b.arg(backend.View{Buf: part}), bytesArg(sumSqParams{uint32(nb), uint32(nb)})})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.deferLocked(d, part.(*Buffer))
 }
 
 // adamwParams mirrors AdamWParams in kernels/fused.metal: every
