@@ -59,6 +59,13 @@
 //	                   matmul_f16_f32 matmul_f16 float16 operands (half fragments), float32
 //	                                             accumulators, float32 or float16 dst
 //	                   matmul_bf16_f32 matmul_bf16 the same for bfloat16
+//	                   matmul_f32_64x32x32       the tile table, for products of whole tiles:
+//	                   matmul_f32_32x64x16       float32 64×32×32 (nn, tn), 32×64×16 (nt, tt);
+//	                   matmul_f16_f32_64x32x32   16-bit 64×32×32 (nt, tt), 64×64×16 (nn, tn):
+//	                   matmul_f16_f32_64x64x16   the tiles are BM×BN×BK, the kernels above
+//	                   matmul_f16_64x32x32       (32×32×16) the edge path
+//	                   matmul_f16_64x64x16 matmul_bf16_f32_64x32x32 matmul_bf16_f32_64x64x16
+//	                   matmul_bf16_64x32x32 matmul_bf16_64x64x16
 //	                   matmul_splitk_f32         partial products over K chunks …
 //	                   matmul_splitk_f16 matmul_splitk_bf16 (float32 partials)
 //	                   matmul_reduce_f32         … added in a fixed order (split-K)

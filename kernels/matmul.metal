@@ -34,6 +34,13 @@
 // program-scope `constant` is a memory object, not a compile-time constant:
 // loops over it do not unroll and the fragments spill).
 //
+// The tile is a template parameter (MMTile): matmul_<dtypes> is the
+// 32×32×16 edge kernel that takes every shape; matmul_<dtypes>_<BM>x<BN>x<BK>
+// are the seed's tile table (metal/ops_matmul.go mmTable picks one by
+// operand type and layout for products of whole tiles). Along K every
+// tile multiplies the same 8×8 fragments in the same order, so the tiles
+// agree bit for bit.
+//
 // Split-K (matmul_splitk_T, then matmul_reduce_T): for products with
 // few output tiles and a long K — the weight gradients dW = xᵀ·dy of
 // training, K = B·T — the tile grid alone leaves most of the GPU idle while
@@ -131,13 +138,38 @@ static inline void mm_batch_offsets(constant MatMulParams& p, uint z, thread int
 
 // MMStage is the staged-tile geometry for operand type TI: rows padded by
 // 16 bytes (4 floats, 8 halfs) against bank conflicts.
-template <typename TI> struct MMStage {
+template <typename TI, typename G> struct MMStage {
     enum : uint {
         PAD = 16 / sizeof(TI),
-        LDA = MM_BK + PAD,        // row length of the staged a tile (MM_BM rows)
-        LDB = MM_BN + PAD         // row length of the staged b tile (MM_BK rows)
+        LDA = G::BK + PAD,        // row length of the staged a tile (G::BM rows)
+        LDB = G::BN + PAD         // row length of the staged b tile (G::BK rows)
     };
 };
+
+// MMTile is a threadgroup's tile geometry: a BM × BN block of dst, K
+// staged BK at a time, WM × WN simdgroups each owning FM × FN 8×8
+// accumulator fragments. Enumerators, so that the fragment loops unroll.
+template <uint BM_, uint BN_, uint BK_, uint WM_, uint WN_> struct MMTile {
+    enum : uint {
+        BM = BM_,
+        BN = BN_,
+        BK = BK_,
+        WM = WM_,
+        WN = WN_,
+        SG = WM_ * WN_,
+        THREADS = WM_ * WN_ * 32,
+        FM = BM_ / (WM_ * 8),
+        FN = BN_ / (WN_ * 8)
+    };
+};
+
+// The tiles: the edge tile (every shape, split-K) and the table's
+// (metal/ops_matmul.go mmTable, from the seed's tile table: sizes that
+// are multiples of the tile, by operand type and layout).
+typedef MMTile<MM_BM, MM_BN, MM_BK, MM_WM, MM_WN> MMEdge;
+typedef MMTile<64, 32, 32, 2, 2> MMT64x32x32;
+typedef MMTile<32, 64, 16, 1, 2> MMT32x64x16;
+typedef MMTile<64, 64, 16, 2, 2> MMT64x64x16;
 
 // mm_frag_load_safe sets acc to dst's 8×8 block at (r, q), widened, zero
 // outside M × N, through the simdgroup's 8×8 float scratch sc.
@@ -203,20 +235,20 @@ static inline void mm_frag_store(simdgroup_float8x8 acc, device TO* c, uint r, u
 // mm_vec4 is the 4-vector of TI that mm_stage_vec_* move.
 template <typename TI> using mm_vec4 = vec<TI, 4>;
 
-// mm_stage_vec_a stages a's MM_BM × MM_BK tile at (row0, k0) four
+// mm_stage_vec_a stages a's G::BM × G::BK tile at (row0, k0) four
 // elements at a time along a's contiguous axis (mm_vec_a): k for a
 // row-major a, i for a column-major one, whose vectors are scattered down
 // the staged rows. Zero outside M × K: with M (column-major) or K
 // (row-major) a multiple of 4, a vector is inside or outside as a whole.
-template <typename TI>
+template <typename TI, typename G>
 static inline void mm_stage_vec_a(threadgroup TI* as, const device TI* a, constant MatMulParams& p,
                                   uint row0, uint k0, uint tid) {
-    typedef MMStage<TI> S;
+    typedef MMStage<TI, G> S;
     typedef mm_vec4<TI> V;
-    for (uint e = tid; e < MM_BM * MM_BK / 4; e += MM_THREADS) {
+    for (uint e = tid; e < G::BM * G::BK / 4; e += G::THREADS) {
         if (mm_a_trans) {
-            const uint r = (e % (MM_BM / 4)) * 4;
-            const uint l = e / (MM_BM / 4);
+            const uint r = (e % (G::BM / 4)) * 4;
+            const uint l = e / (G::BM / 4);
             const uint gi = row0 + r;
             const uint gl = k0 + l;
             V v = V(TI(0.0f));
@@ -228,8 +260,8 @@ static inline void mm_stage_vec_a(threadgroup TI* as, const device TI* a, consta
                 as[(r + t) * S::LDA + l] = v[t];
             }
         } else {
-            const uint r = e / (MM_BK / 4);
-            const uint l = (e % (MM_BK / 4)) * 4;
+            const uint r = e / (G::BK / 4);
+            const uint l = (e % (G::BK / 4)) * 4;
             const uint gi = row0 + r;
             const uint gl = k0 + l;
             V v = V(TI(0.0f));
@@ -241,18 +273,18 @@ static inline void mm_stage_vec_a(threadgroup TI* as, const device TI* a, consta
     }
 }
 
-// mm_stage_vec_b is mm_stage_vec_a for b's MM_BK × MM_BN tile at (k0,
+// mm_stage_vec_b is mm_stage_vec_a for b's G::BK × G::BN tile at (k0,
 // col0): along j for a row-major b, along l (scattered down the staged
 // rows) for a column-major one.
-template <typename TI>
+template <typename TI, typename G>
 static inline void mm_stage_vec_b(threadgroup TI* bs, const device TI* b, constant MatMulParams& p,
                                   uint k0, uint col0, uint tid) {
-    typedef MMStage<TI> S;
+    typedef MMStage<TI, G> S;
     typedef mm_vec4<TI> V;
-    for (uint e = tid; e < MM_BK * MM_BN / 4; e += MM_THREADS) {
+    for (uint e = tid; e < G::BK * G::BN / 4; e += G::THREADS) {
         if (mm_b_trans) {
-            const uint l = (e % (MM_BK / 4)) * 4;
-            const uint q = e / (MM_BK / 4);
+            const uint l = (e % (G::BK / 4)) * 4;
+            const uint q = e / (G::BK / 4);
             const uint gl = k0 + l;
             const uint gj = col0 + q;
             V v = V(TI(0.0f));
@@ -264,8 +296,8 @@ static inline void mm_stage_vec_b(threadgroup TI* bs, const device TI* b, consta
                 bs[(l + t) * S::LDB + q] = v[t];
             }
         } else {
-            const uint l = e / (MM_BN / 4);
-            const uint q = (e % (MM_BN / 4)) * 4;
+            const uint l = e / (G::BN / 4);
+            const uint q = (e % (G::BN / 4)) * 4;
             const uint gl = k0 + l;
             const uint gj = col0 + q;
             V v = V(TI(0.0f));
@@ -277,13 +309,13 @@ static inline void mm_stage_vec_b(threadgroup TI* bs, const device TI* b, consta
     }
 }
 
-// mm_tiles computes the MM_BM × MM_BN block tg of c (rows of p.c_rs)
+// mm_tiles computes the G::BM × G::BN block tg of c (rows of p.c_rs)
 // from K range [kbeg, kend) of a and b (already offset to their matrices),
 // staging through the threadgroup arrays as, bs and scratch. Operand
 // fragments are simdgroup_matrix<TI, 8, 8> (float, half or bfloat), the
 // accumulators simdgroup_float8x8 (a half × half or bfloat × bfloat product
 // is exact in float32, so only the accumulation rounds).
-template <typename TI, typename TO>
+template <typename TI, typename TO, typename G>
 static inline void mm_tiles(device TO* c,
                             const device TI* a,
                             const device TI* b,
@@ -297,22 +329,22 @@ static inline void mm_tiles(device TO* c,
                             threadgroup mm_vec4<TI>* as4,
                             threadgroup mm_vec4<TI>* bs4,
                             threadgroup float* scratch) {
-    typedef MMStage<TI> S;
+    typedef MMStage<TI, G> S;
     threadgroup TI* as = (threadgroup TI*)as4;
     threadgroup TI* bs = (threadgroup TI*)bs4;
-    const uint row0 = tg.y * MM_BM;
-    const uint col0 = tg.x * MM_BN;
-    const uint sm = sg / MM_WN;
-    const uint sn = sg % MM_WN;
-    const uint frow = row0 + sm * (MM_FM * 8); // this simdgroup's first dst row
-    const uint fcol = col0 + sn * (MM_FN * 8); // … and first dst column
+    const uint row0 = tg.y * G::BM;
+    const uint col0 = tg.x * G::BN;
+    const uint sm = sg / G::WN;
+    const uint sn = sg % G::WN;
+    const uint frow = row0 + sm * (G::FM * 8); // this simdgroup's first dst row
+    const uint fcol = col0 + sn * (G::FN * 8); // … and first dst column
     threadgroup float* sc = scratch + sg * 64;
 
-    simdgroup_float8x8 acc[MM_FM][MM_FN];
+    simdgroup_float8x8 acc[G::FM][G::FN];
 #pragma clang loop unroll(full)
-    for (uint i = 0; i < MM_FM; i++) {
+    for (uint i = 0; i < G::FM; i++) {
 #pragma clang loop unroll(full)
-        for (uint j = 0; j < MM_FN; j++) {
+        for (uint j = 0; j < G::FN; j++) {
             if (mm_accumulate) {
                 mm_frag_load(acc[i][j], c, frow + i * 8, fcol + j * 8, p, sc, lane);
             } else {
@@ -321,21 +353,21 @@ static inline void mm_tiles(device TO* c,
         }
     }
 
-    // Chunks start at multiples of MM_BK and only the last ends off one, at
+    // Chunks start at multiples of G::BK and only the last ends off one, at
     // K: the loads' bound stays p.k.
-    for (uint k0 = kbeg; k0 < kend; k0 += MM_BK) {
-        // Stage a (MM_BM × MM_BK) and b (MM_BK × MM_BN), zero outside.
+    for (uint k0 = kbeg; k0 < kend; k0 += G::BK) {
+        // Stage a (G::BM × G::BK) and b (G::BK × G::BN), zero outside.
         if (mm_vec_a) {
-            mm_stage_vec_a(as, a, p, row0, k0, tid);
+            mm_stage_vec_a<TI, G>(as, a, p, row0, k0, tid);
         } else
-        for (uint e = tid; e < MM_BM * MM_BK; e += MM_THREADS) {
+        for (uint e = tid; e < G::BM * G::BK; e += G::THREADS) {
             uint r, l;
             if (mm_a_trans) {
-                r = e % MM_BM;
-                l = e / MM_BM;
+                r = e % G::BM;
+                l = e / G::BM;
             } else {
-                r = e / MM_BK;
-                l = e % MM_BK;
+                r = e / G::BK;
+                l = e % G::BK;
             }
             const uint gi = row0 + r;
             const uint gl = k0 + l;
@@ -346,16 +378,16 @@ static inline void mm_tiles(device TO* c,
             as[r * S::LDA + l] = v;
         }
         if (mm_vec_b) {
-            mm_stage_vec_b(bs, b, p, k0, col0, tid);
+            mm_stage_vec_b<TI, G>(bs, b, p, k0, col0, tid);
         } else
-        for (uint e = tid; e < MM_BK * MM_BN; e += MM_THREADS) {
+        for (uint e = tid; e < G::BK * G::BN; e += G::THREADS) {
             uint l, q;
             if (mm_b_trans) {
-                l = e % MM_BK;
-                q = e / MM_BK;
+                l = e % G::BK;
+                q = e / G::BK;
             } else {
-                l = e / MM_BN;
-                q = e % MM_BN;
+                l = e / G::BN;
+                q = e % G::BN;
             }
             const uint gl = k0 + l;
             const uint gj = col0 + q;
@@ -368,21 +400,21 @@ static inline void mm_tiles(device TO* c,
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
 #pragma clang loop unroll(full)
-        for (uint kk = 0; kk < MM_BK; kk += 8) {
-            simdgroup_matrix<TI, 8, 8> af[MM_FM];
-            simdgroup_matrix<TI, 8, 8> bf[MM_FN];
+        for (uint kk = 0; kk < G::BK; kk += 8) {
+            simdgroup_matrix<TI, 8, 8> af[G::FM];
+            simdgroup_matrix<TI, 8, 8> bf[G::FN];
 #pragma clang loop unroll(full)
-            for (uint i = 0; i < MM_FM; i++) {
-                simdgroup_load(af[i], as + (sm * (MM_FM * 8) + i * 8) * S::LDA + kk, S::LDA);
+            for (uint i = 0; i < G::FM; i++) {
+                simdgroup_load(af[i], as + (sm * (G::FM * 8) + i * 8) * S::LDA + kk, S::LDA);
             }
 #pragma clang loop unroll(full)
-            for (uint j = 0; j < MM_FN; j++) {
-                simdgroup_load(bf[j], bs + kk * S::LDB + sn * (MM_FN * 8) + j * 8, S::LDB);
+            for (uint j = 0; j < G::FN; j++) {
+                simdgroup_load(bf[j], bs + kk * S::LDB + sn * (G::FN * 8) + j * 8, S::LDB);
             }
 #pragma clang loop unroll(full)
-            for (uint i = 0; i < MM_FM; i++) {
+            for (uint i = 0; i < G::FM; i++) {
 #pragma clang loop unroll(full)
-                for (uint j = 0; j < MM_FN; j++) {
+                for (uint j = 0; j < G::FN; j++) {
                     simdgroup_multiply_accumulate(acc[i][j], af[i], bf[j], acc[i][j]);
                 }
             }
@@ -391,15 +423,15 @@ static inline void mm_tiles(device TO* c,
     }
 
 #pragma clang loop unroll(full)
-    for (uint i = 0; i < MM_FM; i++) {
+    for (uint i = 0; i < G::FM; i++) {
 #pragma clang loop unroll(full)
-        for (uint j = 0; j < MM_FN; j++) {
+        for (uint j = 0; j < G::FN; j++) {
             mm_frag_store(acc[i][j], c, frow + i * 8, fcol + j * 8, p, sc, lane);
         }
     }
 }
 
-template <typename TI, typename TO>
+template <typename TI, typename TO, typename G>
 kernel void matmul_t(device TO* c [[buffer(0)]],
                      const device TI* a [[buffer(1)]],
                      const device TI* b [[buffer(2)]],
@@ -408,13 +440,14 @@ kernel void matmul_t(device TO* c [[buffer(0)]],
                      uint tid [[thread_index_in_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]],
                      uint sg [[simdgroup_index_in_threadgroup]]) {
-    // Declared as 4-vectors so that mm_stage_vec_* may store vectors.
-    threadgroup mm_vec4<TI> as4[MM_BM * MMStage<TI>::LDA / 4];
-    threadgroup mm_vec4<TI> bs4[MM_BK * MMStage<TI>::LDB / 4];
-    threadgroup float scratch[MM_SG * 64];
+    // Declared as 4-vectors so that mm_stage_vec_* may store vectors;
+    // rows padded by 16 bytes (MMStage).
+    threadgroup mm_vec4<TI> as4[G::BM * (G::BK + 16 / sizeof(TI)) / 4];
+    threadgroup mm_vec4<TI> bs4[G::BK * (G::BN + 16 / sizeof(TI)) / 4];
+    threadgroup float scratch[G::SG * 64];
     int ao, bo, co;
     mm_batch_offsets(p, tg.z, ao, bo, co);
-    mm_tiles<TI, TO>(c + co, a + ao, b + bo, p, 0, p.k, tg.xy, tid, lane, sg, as4, bs4, scratch);
+    mm_tiles<TI, TO, G>(c + co, a + ao, b + bo, p, 0, p.k, tg.xy, tid, lane, sg, as4, bs4, scratch);
 }
 
 // matmul_splitk_T is matmul_T for one matrix (no batch dims) with grid z
@@ -433,13 +466,12 @@ kernel void matmul_splitk_t(device float* part [[buffer(0)]],
                             uint tid [[thread_index_in_threadgroup]],
                             uint lane [[thread_index_in_simdgroup]],
                             uint sg [[simdgroup_index_in_threadgroup]]) {
-    // Declared as 4-vectors so that mm_stage_vec_* may store vectors.
-    threadgroup mm_vec4<TI> as4[MM_BM * MMStage<TI>::LDA / 4];
-    threadgroup mm_vec4<TI> bs4[MM_BK * MMStage<TI>::LDB / 4];
+    threadgroup mm_vec4<TI> as4[MM_BM * (MM_BK + 16 / sizeof(TI)) / 4];
+    threadgroup mm_vec4<TI> bs4[MM_BK * (MM_BN + 16 / sizeof(TI)) / 4];
     threadgroup float scratch[MM_SG * 64];
     const uint kbeg = tg.z * p.k_chunk;
     const uint kend = min(p.k, kbeg + p.k_chunk);
-    mm_tiles<TI, float>(part + tg.z * p.m * p.n, a, b, p, kbeg, kend, tg.xy, tid, lane, sg, as4, bs4, scratch);
+    mm_tiles<TI, float, MMEdge>(part + tg.z * p.m * p.n, a, b, p, kbeg, kend, tg.xy, tid, lane, sg, as4, bs4, scratch);
 }
 
 template <typename TI, typename TO>
@@ -494,11 +526,21 @@ kernel void matmul_reduce_t(device TO* c [[buffer(0)]],
 
 // Instantiations: matmul_<operands>[_<dst>], the dst's dtype named only
 // where it differs from the operands'.
-template [[host_name("matmul_f32")]] [[kernel]] void matmul_t<float, float>(device float*, const device float*, const device float*, constant MatMulParams&, uint3, uint, uint, uint);
-template [[host_name("matmul_f16_f32")]] [[kernel]] void matmul_t<half, float>(device float*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
-template [[host_name("matmul_f16")]] [[kernel]] void matmul_t<half, half>(device half*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
-template [[host_name("matmul_bf16_f32")]] [[kernel]] void matmul_t<bfloat, float>(device float*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
-template [[host_name("matmul_bf16")]] [[kernel]] void matmul_t<bfloat, bfloat>(device bfloat*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f32")]] [[kernel]] void matmul_t<float, float, MMEdge>(device float*, const device float*, const device float*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f32_64x32x32")]] [[kernel]] void matmul_t<float, float, MMT64x32x32>(device float*, const device float*, const device float*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f32_32x64x16")]] [[kernel]] void matmul_t<float, float, MMT32x64x16>(device float*, const device float*, const device float*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16_f32")]] [[kernel]] void matmul_t<half, float, MMEdge>(device float*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16_f32_64x32x32")]] [[kernel]] void matmul_t<half, float, MMT64x32x32>(device float*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16_f32_64x64x16")]] [[kernel]] void matmul_t<half, float, MMT64x64x16>(device float*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16")]] [[kernel]] void matmul_t<half, half, MMEdge>(device half*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16_64x32x32")]] [[kernel]] void matmul_t<half, half, MMT64x32x32>(device half*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_f16_64x64x16")]] [[kernel]] void matmul_t<half, half, MMT64x64x16>(device half*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16_f32")]] [[kernel]] void matmul_t<bfloat, float, MMEdge>(device float*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16_f32_64x32x32")]] [[kernel]] void matmul_t<bfloat, float, MMT64x32x32>(device float*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16_f32_64x64x16")]] [[kernel]] void matmul_t<bfloat, float, MMT64x64x16>(device float*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16")]] [[kernel]] void matmul_t<bfloat, bfloat, MMEdge>(device bfloat*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16_64x32x32")]] [[kernel]] void matmul_t<bfloat, bfloat, MMT64x32x32>(device bfloat*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
+template [[host_name("matmul_bf16_64x64x16")]] [[kernel]] void matmul_t<bfloat, bfloat, MMT64x64x16>(device bfloat*, const device bfloat*, const device bfloat*, constant MatMulParams&, uint3, uint, uint, uint);
 
 template [[host_name("matmul_splitk_f32")]] [[kernel]] void matmul_splitk_t<float>(device float*, const device float*, const device float*, constant MatMulParams&, uint3, uint, uint, uint);
 template [[host_name("matmul_splitk_f16")]] [[kernel]] void matmul_splitk_t<half>(device float*, const device half*, const device half*, constant MatMulParams&, uint3, uint, uint, uint);

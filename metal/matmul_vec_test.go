@@ -163,3 +163,73 @@ func writeBits(dev *Backend, b backend.Buffer, bits []uint32) {
 		dev.Write(b, h)
 	}
 }
+
+// TestMatMulTileTable: products of whole tiles take the table's tile for
+// their layout and operand type (mmTable), every other product the edge
+// kernel; and the table's kernels give, bit for bit, the edge kernel's
+// result — a tile changes which threadgroup computes an element and how
+// much of K is staged at once, not the order of the 8×8 products along K.
+// Every layout, float32, float16 and bfloat16, accumulating or not,
+// batched, with and without vector staging.
+func TestMatMulTileTable(t *testing.T) {
+	e := newOpsEnv(t)
+	defer noMatMulTable.Store(false)
+	defer func() { noMatMulVec = false }()
+	type mcase struct {
+		batch   []int
+		m, n, k int
+		off     int
+	}
+	cases := []mcase{{nil, 64, 128, 96, 0}, {nil, 128, 64, 32, 1}, {[]int{2}, 64, 64, 64, 4}}
+	withMatMul(pathSimdgroup, false, func() {
+		for _, dt := range []backend.DType{backend.Float32, backend.Float16, backend.BFloat16} {
+			for _, cs := range cases {
+				for li, lt := range layoutTags {
+					ta, tb := li >= 2, li%2 == 1
+					for _, acc := range []bool{false, true} {
+						name := fmt.Sprintf("%v %v %dx%dx%d off %d %s acc=%v", dt, cs.batch, cs.m, cs.n, cs.k, cs.off, lt, acc)
+						bst := make([]int, len(cs.batch))
+						for i := range bst {
+							bst[i] = 1
+						}
+						av := upload(e.dev, dt, mmOperand(cs.batch, bst, cs.m, cs.k, ta, cs.off).full(), 1)
+						bv := upload(e.dev, dt, mmOperand(nil, nil, cs.k, cs.n, tb, cs.off).full(), 2)
+						cv := upload(e.dev, dt, contig(append(slices.Clone(cs.batch), cs.m, cs.n)...).full(), 3)
+						cInit := readBits(e.dev, cv.Buf, cv.Buf.Len())
+						run := func(table bool) ([]uint32, []string) {
+							noMatMulTable.Store(!table)
+							writeBits(e.dev, cv.Buf, cInit)
+							labels := encoded(e.dev, func() { e.dev.MatMul(cv, av, bv, acc) })
+							return readBits(e.dev, cv.Buf, cv.Buf.Len()), labels
+						}
+						for _, vec := range []bool{true, false} {
+							noMatMulVec = !vec
+							got, gl := run(true)
+							want, wl := run(false)
+							kn := matmulByDType[dt][1] // dst of the operands' dtype
+							if want := kn.tableL[li]; !slices.Equal(gl, []string{want}) {
+								t.Errorf("%s: ran %v, want the table's %s", name, gl, want)
+							}
+							if !slices.Equal(wl, []string{kn.tiledL[li]}) {
+								t.Errorf("%s: edge path ran %v", name, wl)
+							}
+							if !slices.Equal(got, want) {
+								t.Errorf("%s vec=%v: the table's tile %v gave a different result from the edge kernel", name, vec, kn.table[li])
+							}
+						}
+						// One row short of a tile: the edge kernel.
+						if cs.batch == nil && !ta {
+							noMatMulTable.Store(false)
+							short := backend.View{Buf: av.Buf, Offset: av.Offset, Shape: []int{cs.m - 1, cs.k}, Strides: av.Strides}
+							cshort := backend.View{Buf: cv.Buf, Offset: 0, Shape: []int{cs.m - 1, cs.n}, Strides: cv.Strides}
+							kn := matmulByDType[dt][1] // dst of the operands' dtype
+							if l := encoded(e.dev, func() { e.dev.MatMul(cshort, short, bv, acc) }); !slices.Equal(l, []string{kn.tiledL[li]}) {
+								t.Errorf("%s with M-1 rows: ran %v, want the edge kernel", name, l)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}

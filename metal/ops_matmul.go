@@ -160,6 +160,8 @@ func init() {
 			naiveMatMul.Store(true)
 		case "nosplit":
 			noSplitK.Store(true)
+		case "edge":
+			noMatMulTable.Store(true)
 		case "simdgroup":
 			matmulPath.Store(pathSimdgroup)
 		case "matmul2d":
@@ -321,7 +323,42 @@ type matmulNames struct {
 
 	// Dispatch labels by operand layout (layoutIndex): "matmul_f32.tn", ….
 	tiledL, splitKL, tensorL [4]string
+
+	// The table's tile for each layout (mmTable), its kernel and label.
+	table          [4]mmTile
+	tableK, tableL [4]string
 }
+
+// mmTile is a tiled kernel's geometry (MMTile in kernels/matmul.metal):
+// a bm × bn block of dst per threadgroup, K staged bk at a time, wm × wn
+// simdgroups.
+type mmTile struct{ bm, bn, bk, wm, wn int }
+
+func (t mmTile) threads() int { return t.wm * t.wn * 32 }
+
+// name is the tile's kernel suffix, "64x32x32".
+func (t mmTile) name() string { return fmt.Sprintf("%dx%dx%d", t.bm, t.bn, t.bk) }
+
+// fits reports whether an m × n × k product is made of whole tiles.
+func (t mmTile) fits(m, n, k int) bool { return m%t.bm == 0 && n%t.bn == 0 && k%t.bk == 0 }
+
+// mmTable is the seed project's tile table (its research notes, §5: the
+// starting points it took from MLX's GEMM for Apple GPUs), by operand
+// type (0 float32, 1 16-bit) and layout (nn, nt, tn, tt): float32 nt
+// (the forward X·Wᵀ) 32×64×16 on 1×2 simdgroups, float32 nn 64×32×32 on
+// 2×2; 16-bit nt 64×32×32, the rest 64×64×16, on 2×2. MatMul takes the
+// table's tile for products of whole tiles and the 32×32×16 kernel (the
+// edge path) for everything else and for split-K. The seed notes the
+// table is a starting point to tune on the GPU; FORGE_METAL_MATMUL=edge
+// turns it off, for comparisons (forge bench matmul).
+var mmTable = [2][4]mmTile{
+	{{64, 32, 32, 2, 2}, {32, 64, 16, 1, 2}, {64, 32, 32, 2, 2}, {32, 64, 16, 1, 2}},
+	{{64, 64, 16, 2, 2}, {64, 32, 32, 2, 2}, {64, 64, 16, 2, 2}, {64, 32, 32, 2, 2}},
+}
+
+// noMatMulTable routes every tiled product to the edge kernel
+// (FORGE_METAL_MATMUL=edge); tests compare.
+var noMatMulTable atomic.Bool
 
 // matmulByDType holds matmulKernels(in, out) for every pair MatMul takes
 // (built once), indexed [in][out == in].
@@ -349,8 +386,15 @@ func matmulKernels(in, out backend.DType) matmulNames {
 		reduce: kernels.Name("matmul", "reduce", dtypeTag(out)),
 		tensor: kernels.Name(append([]string{"matmul2d"}, parts...)...),
 	}
+	class := 0
+	if in.IsHalf() {
+		class = 1
+	}
 	for i, tag := range layoutTags {
 		kn.tiledL[i], kn.splitKL[i], kn.tensorL[i] = kn.tiled+"."+tag, kn.splitK+"."+tag, kn.tensor+"."+tag
+		kn.table[i] = mmTable[class][i]
+		kn.tableK[i] = kn.tiled + "_" + kn.table[i].name()
+		kn.tableL[i] = kn.tableK[i] + "." + tag
 	}
 	return kn
 }
@@ -468,6 +512,17 @@ func (b *Backend) MatMul(dst, a, bm backend.View, accumulate bool) {
 		}
 		var tp driver.Pipeline
 		if !naive {
+			// Whole tiles of the table's tile: its kernel (all aligned).
+			if li := layoutIndex(aTrans, bTrans); !noMatMulTable.Load() && kn.table[li].fits(m, n, k) {
+				t := kn.table[li]
+				key := pkey(kn.tableK[li], cBool(0, aTrans), cBool(1, bTrans), cBool(2, true),
+					cBool(3, true), cBool(4, true), cBool(5, accumulate), cBool(6, vec[0]), cBool(7, vec[1]))
+				if p := b.pipelineFor(key); p.MaxThreads() >= t.threads() {
+					groups := [3]int{n / t.bn, m / t.bm, nz}
+					b.runPipe(kn.tableL[li], key, p, groups, [3]int{t.threads(), 1, 1}, c, av, bv, bytesArg(q))
+					return
+				}
+			}
 			tp = b.pipelineFor(tkey)
 		}
 		if naive || tp.MaxThreads() < mmThreads {

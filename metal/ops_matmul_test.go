@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -602,7 +603,16 @@ func (e *opsEnv) f32MatMulSweep(kernel string) {
 					name := fmt.Sprintf("%s %dx%dx%d %s acc=%v", kernel, s.m, s.n, s.k, layoutTag(ta, tb), acc)
 					labels, w := e.f32MatMulCase(name, nil, nil, nil, s.m, s.n, s.k, ta, tb, acc)
 					as, bs := mmOperand(nil, nil, s.m, s.k, ta, 0), mmOperand(nil, nil, s.k, s.n, tb, 0)
-					if want := kernel + "." + mmLayout(s.m, s.n, s.k, as.strides, bs.strides); len(labels) != 1 || labels[0] != want {
+					lay := mmLayout(s.m, s.n, s.k, as.strides, bs.strides)
+					want := kernel + "." + lay
+					if kernel == "matmul_f32" { // the tiled kernels: the table's tile where whole tiles fit
+						kn := matmulByDType[backend.Float32][1]
+						li := slices.Index(layoutTags[:], lay)
+						if kn.table[li].fits(s.m, s.n, s.k) {
+							want = kn.tableL[li]
+						}
+					}
+					if len(labels) != 1 || labels[0] != want {
 						t.Errorf("%s: kernels %v, want [%s]", name, labels, want)
 					}
 					worst = max(worst, w)
@@ -987,6 +997,7 @@ func TestOpsMatMulKernelNames(t *testing.T) {
 		for _, out := range []backend.DType{backend.Float32, dt} {
 			kn := matmulKernels(dt, out)
 			names = append(names, kn.tiled, kn.naive, kn.splitK, kn.reduce)
+			names = append(names, kn.tableK[:]...)
 		}
 	}
 	for _, k := range names {

@@ -94,7 +94,7 @@ func buildProgram(sources map[string]string) (*program, error) {
 			fmt.Fprintf(&externs, "extern \"C\" void forge_k_%d(const forge_thread_info* t) { forge_f%d::forge_entry_%d(t); }\n", id, fi, id)
 			// The static threadgroup memory of the kernel's function (the
 			// declarations in its body, registered when the library loads).
-			fmt.Fprintf(&externs, "extern \"C\" long forge_tgb_%d() { return ::forge_rt_tg_static_bytes(reinterpret_cast<const void*>(&forge_f%d::%s)); }\n", id, fi, k.fn)
+			fmt.Fprintf(&externs, "extern \"C\" long forge_tgb_%d() { using namespace forge_f%d; return ::forge_rt_tg_static_bytes(reinterpret_cast<const void*>(&forge_f%d::%s)); }\n", id, fi, fi, k.fn)
 			// The sizes of the types bound by reference or value, so the Go
 			// side can check the bytes bound to a `constant Params&`.
 			fmt.Fprintf(&externs, "extern \"C\" long forge_psize_%d(int index) {\n    switch (index) {\n", id)
