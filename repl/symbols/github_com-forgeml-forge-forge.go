@@ -35,6 +35,7 @@ func init() {
 		"FullLike":            reflect.ValueOf(forge.FullLike),
 		"FullOf":              reflect.ValueOf(forge.FullOf),
 		"GradEnabled":         reflect.ValueOf(forge.GradEnabled),
+		"Independent":         reflect.ValueOf(forge.Independent),
 		"Int32":               reflect.ValueOf(forge.Int32),
 		"Keep":                reflect.ValueOf(forge.Keep),
 		"LayerNorm":           reflect.ValueOf(forge.LayerNorm),
