@@ -112,7 +112,7 @@ func attentionComposed(q, k, v *Tensor, causal bool, scale float64) *Tensor {
 				mask[i*tk+j] = 1
 			}
 		}
-		s = Where(hostTable(q.dev, st, mask, tq, tk), s, fullOn(q.dev, st, nil, math.Inf(-1)))
+		s = Where(hostTable(q.dev, st, mask, tq, tk), s, fullOn("full", q.dev, st, nil, math.Inf(-1)))
 	}
 	return s.Softmax(3).MatMul(vf).Cast(q.dtype)
 }

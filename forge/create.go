@@ -42,41 +42,44 @@ func checkDType(op string, dt DType, shape []int) {
 }
 
 // fullOn returns a tensor of shape filled with v on dev.
-func fullOn(dev *Device, dt DType, shape []int, v float64) *Tensor {
-	checkShape("full", shape)
-	checkDType("full", dt, shape)
-	t := newTensor(dev, dt, shape)
+// op names the call in errors.
+func fullOn(op string, dev *Device, dt DType, shape []int, v float64) *Tensor {
+	checkShape(op, shape)
+	checkDType(op, dt, shape)
+	t := newTensorOp(op, dev, dt, shape)
 	launch(dev, kcall{out: tensors(t), name: "fill", dt: dt, shapes: shapesOf(t), bytes: bytesOf(t)},
 		func(b backend.Backend) { b.Fill(t.bv(), v) })
 	return t
 }
 
 // Zeros returns a float32 tensor of zeros on the default device.
-func Zeros(shape ...int) *Tensor { return fullOn(DefaultDevice(), Float32, shape, 0) }
+func Zeros(shape ...int) *Tensor { return fullOn("zeros", DefaultDevice(), Float32, shape, 0) }
 
 // Ones returns a float32 tensor of ones on the default device.
-func Ones(shape ...int) *Tensor { return fullOn(DefaultDevice(), Float32, shape, 1) }
+func Ones(shape ...int) *Tensor { return fullOn("ones", DefaultDevice(), Float32, shape, 1) }
 
 // Full returns a float32 tensor filled with v on the default device.
-func Full(v float64, shape ...int) *Tensor { return fullOn(DefaultDevice(), Float32, shape, v) }
+func Full(v float64, shape ...int) *Tensor { return fullOn("full", DefaultDevice(), Float32, shape, v) }
 
 // ZerosOf returns a tensor of zeros of dtype dt.
-func ZerosOf(dt DType, shape ...int) *Tensor { return fullOn(DefaultDevice(), dt, shape, 0) }
+func ZerosOf(dt DType, shape ...int) *Tensor { return fullOn("zeros", DefaultDevice(), dt, shape, 0) }
 
 // FullOf returns a tensor of dtype dt filled with v.
-func FullOf(dt DType, v float64, shape ...int) *Tensor { return fullOn(DefaultDevice(), dt, shape, v) }
+func FullOf(dt DType, v float64, shape ...int) *Tensor {
+	return fullOn("full", DefaultDevice(), dt, shape, v)
+}
 
 // ZerosLike returns zeros with t's shape, dtype and device.
-func ZerosLike(t *Tensor) *Tensor { return fullOn(t.dev, t.dtype, t.shape, 0) }
+func ZerosLike(t *Tensor) *Tensor { return fullOn("zeros_like", t.dev, t.dtype, t.shape, 0) }
 
 // OnesLike returns ones with t's shape, dtype and device.
-func OnesLike(t *Tensor) *Tensor { return fullOn(t.dev, t.dtype, t.shape, 1) }
+func OnesLike(t *Tensor) *Tensor { return fullOn("ones_like", t.dev, t.dtype, t.shape, 1) }
 
 // FullLike returns v everywhere with t's shape, dtype and device.
-func FullLike(t *Tensor, v float64) *Tensor { return fullOn(t.dev, t.dtype, t.shape, v) }
+func FullLike(t *Tensor, v float64) *Tensor { return fullOn("full_like", t.dev, t.dtype, t.shape, v) }
 
 // Scalar returns a 0-dimensional float32 tensor holding v.
-func Scalar(v float64) *Tensor { return fullOn(DefaultDevice(), Float32, nil, v) }
+func Scalar(v float64) *Tensor { return fullOn("scalar", DefaultDevice(), Float32, nil, v) }
 
 // FromSlice copies data ([]float32, []float64 or []int32) into a new tensor
 // on the default device. With no shape the tensor is 1-D; otherwise the
@@ -117,7 +120,7 @@ func fromSliceOn(dev *Device, data any, shape []int) *Tensor {
 	if numel(shape) != n {
 		panic(errorf("from_slice", "shape %v holds %d elements but the slice has %d", shape, numel(shape), n))
 	}
-	t := newTensor(dev, dt, shape)
+	t := newTensorOp("from_slice", dev, dt, shape)
 	dev.b.Write(t.buf, data)
 	return t
 }
@@ -164,7 +167,7 @@ func (t *Tensor) To(d *Device) *Tensor {
 	c := t.contiguousCopy()
 	host := hostSlice(c.dtype, c.Numel())
 	c.dev.b.Read(c.buf, host)
-	out := newTensor(d, c.dtype, c.shape)
+	out := newTensorOp("to", d, c.dtype, c.shape)
 	d.b.Write(out.buf, host)
 	src := t.dev
 	return record(out, "to", []*Tensor{t}, func(g *Tensor) []*Tensor { return []*Tensor{g.To(src)} })
@@ -181,7 +184,7 @@ func (t *Tensor) Cast(dt DType) *Tensor {
 		return t
 	}
 	checkDType("cast", dt, t.shape)
-	out := newTensor(t.dev, dt, t.shape)
+	out := newTensorOp("cast", t.dev, dt, t.shape)
 	launch(t.dev, kcall{in: tensors(t), out: tensors(out), name: "copy", dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out)},
 		func(b backend.Backend) { b.Copy(out.bv(), t.bv()) })
 	if !t.dtype.IsFloat() || !dt.IsFloat() {

@@ -305,7 +305,7 @@ func (t *Tensor) Gt(u *Tensor) *Tensor { return binary(backend.Gt, t, u, nil) }
 func (t *Tensor) Ge(u *Tensor) *Tensor { return binary(backend.Ge, t, u, nil) }
 
 // scalarLike returns a 0-d tensor holding v with t's dtype and device.
-func scalarLike(t *Tensor, v float64) *Tensor { return fullOn(t.dev, t.dtype, nil, v) }
+func scalarLike(t *Tensor, v float64) *Tensor { return fullOn("full", t.dev, t.dtype, nil, v) }
 
 // Where returns a where cond is non-zero, else b (all broadcast together).
 // cond may be of any dtype and carries no gradient.

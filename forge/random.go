@@ -122,6 +122,7 @@ func RandInt(lo, hi int, shape ...int) *Tensor { return defaultGen.RandInt(lo, h
 // Randn returns a tensor of standard normal values of dtype dt.
 func (g *Generator) Randn(dt DType, shape ...int) *Tensor {
 	checkShape("randn", shape)
+	checkBudgetStaged("randn", DefaultDevice(), dt, shape, 8)
 	v := make([]float64, numel(shape))
 	g.normals(v)
 	return fromFloat64s("randn", dt, v, shape)
@@ -130,6 +131,7 @@ func (g *Generator) Randn(dt DType, shape ...int) *Tensor {
 // Rand returns a tensor of uniform values in [0, 1) of dtype dt.
 func (g *Generator) Rand(dt DType, shape ...int) *Tensor {
 	checkShape("rand", shape)
+	checkBudgetStaged("rand", DefaultDevice(), dt, shape, 8)
 	v := make([]float64, numel(shape))
 	for i := range v {
 		v[i] = g.Float64()
@@ -149,6 +151,7 @@ func (g *Generator) RandInt(lo, hi int, shape ...int) *Tensor {
 	if lo < math.MinInt32 || hi-1 > math.MaxInt32 {
 		panic(errorf("rand_int", "range [%d, %d) does not fit int32", lo, hi))
 	}
+	checkBudgetStaged("rand_int", DefaultDevice(), Int32, shape, 4)
 	v := make([]int32, numel(shape))
 	for i := range v {
 		v[i] = int32(lo + g.Intn(hi-lo))

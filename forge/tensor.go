@@ -182,7 +182,13 @@ type Tensor struct {
 
 // newTensor allocates a contiguous tensor on dev.
 func newTensor(dev *Device, dt DType, shape []int) *Tensor {
-	checkShape("alloc", shape)
+	return newTensorOp("alloc", dev, dt, shape)
+}
+
+// newTensorOp is newTensor with op naming the allocation in errors.
+func newTensorOp(op string, dev *Device, dt DType, shape []int) *Tensor {
+	checkShape(op, shape)
+	checkBudget(op, dev, dt, shape)
 	shape = slices.Clone(shape)
 	n := numel(shape)
 	t := &Tensor{

@@ -1,12 +1,7 @@
 package train
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"runtime"
-	"strconv"
-	"strings"
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/internal/numfmt"
@@ -99,36 +94,7 @@ func (c Config) CheckWeightMemory() error {
 }
 
 // AvailableMemory is the memory the system can give now without
-// swapping, in bytes (ok false where it is not known).
-func AvailableMemory() (bytes int64, ok bool) { return availableMemory() }
+// swapping, in bytes (ok false where it is not known): forge.AvailableMemory.
+func AvailableMemory() (bytes int64, ok bool) { return forge.AvailableMemory() }
 
-// availableMemory is the memory the system can give without swapping:
-// MemAvailable of /proc/meminfo on Linux; on macOS the physical memory
-// (hw.memsize: what is free there is hard to tell, and GPU buffers share
-// it); ok false elsewhere or if unreadable. FORGE_MEMORY_AVAILABLE (bytes) overrides it, for tests.
-func availableMemory() (int64, bool) {
-	if v := os.Getenv("FORGE_MEMORY_AVAILABLE"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		return n, err == nil && n > 0
-	}
-	if runtime.GOOS != "linux" {
-		return physicalMemory() // macOS: all of it (unified memory), the bound a run cannot pass
-	}
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			fields := strings.Fields(rest)
-			if len(fields) == 2 && fields[1] == "kB" {
-				if kb, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
-					return kb << 10, true
-				}
-			}
-		}
-	}
-	return 0, false
-}
+func availableMemory() (int64, bool) { return forge.AvailableMemory() }

@@ -1,7 +1,7 @@
-package train
+package forge
 
 import (
-	"encoding/binary"
+	bin "encoding/binary"
 	"syscall"
 )
 
@@ -15,6 +15,6 @@ func physicalMemory() (int64, bool) {
 	if len(b) < 8 { // Sysctl drops a trailing zero byte
 		b = append(b, make([]byte, 8-len(b))...)
 	}
-	n := int64(binary.LittleEndian.Uint64(b[:8]))
+	n := int64(bin.LittleEndian.Uint64(b[:8]))
 	return n, n > 0
 }

@@ -1,6 +1,6 @@
 //go:build !darwin
 
-package train
+package forge
 
 // physicalMemory is not known here (Linux reads /proc/meminfo instead).
 func physicalMemory() (int64, bool) { return 0, false }
