@@ -102,7 +102,7 @@ func (s *independence) join(d *Device) {
 // calls fn; the path is not built.
 func Scope(name string, fn func()) {
 	obs := observer.Load()
-	if obs == nil {
+	if obs == nil && !tripwire {
 		fn()
 		return
 	}
@@ -114,7 +114,7 @@ func Scope(name string, fn func()) {
 // nothing otherwise.
 func ScopeIndexed(prefix string, i int, fn func()) {
 	obs := observer.Load()
-	if obs == nil {
+	if obs == nil && !tripwire {
 		fn()
 		return
 	}
@@ -136,7 +136,7 @@ func enterScope(obs *Observer, name string, fn func()) {
 	defer func() {
 		d := time.Since(start)
 		scopePath.Store(prev)
-		if obs.Scope != nil {
+		if obs != nil && obs.Scope != nil {
 			obs.Scope(ScopeSpan{Path: path, Start: start, Duration: d})
 		}
 	}()
@@ -239,6 +239,9 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	if obs == nil {
 		fn(d.b)
 		runtime.KeepAlive(fn)
+		if tripwire {
+			tripCheck(k)
+		}
 		return
 	}
 	// A GPU queues kernels: TimeKernels finishes what is queued, then
@@ -264,6 +267,9 @@ func launch(d *Device, k kcall, fn func(b backend.Backend)) {
 	if obs.Tensors != nil {
 		in, out := k.in, k.out
 		obs.Tensors(c, in.t[:in.n], out.t[:out.n])
+	}
+	if tripwire {
+		tripCheck(k)
 	}
 }
 

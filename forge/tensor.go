@@ -283,6 +283,8 @@ func (t *Tensor) axis(op string, a int) int {
 type Error struct {
 	Op  string // the op, e.g. "matmul"
 	Msg string // what went wrong, naming the shapes
+	// Trip is set when the NaN tripwire caught the error (SetTripwire).
+	Trip *Trip
 }
 
 func (e *Error) Error() string { return "forge: " + e.Op + ": " + e.Msg }

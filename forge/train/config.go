@@ -58,6 +58,14 @@ type Config struct {
 	// non-finite gradient is the loss scaler's business (it halves the
 	// scale and retries) and only a non-finite loss counts.
 	MaxNonFinite int `json:"max_nonfinite,omitempty"`
+
+	// Tripwire checks every kernel's output for NaN and ±Inf while
+	// training (forge.SetTripwire): the first op that makes one stops the
+	// run with an error naming it, its shapes, its scope, the parameter
+	// and the step, and that step is not applied. It slows training (see
+	// the README); with float16, whose loss scaler expects overflows, it
+	// stops at the first one.
+	Tripwire bool `json:"tripwire,omitempty"`
 }
 
 // DefaultMaxNonFinite is MaxNonFinite's default.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forgeml/forge/forge/data"
 	"math"
 	"strconv"
 	"strings"
@@ -456,6 +457,9 @@ type RunOptions struct {
 	// Config.EvalEvery says (small moves, such as the REPL's :step, and
 	// profiling a step; Eval computes one on demand).
 	NoEval bool
+	// Tripwire turns the NaN tripwire on for this call, as
+	// Config.Tripwire does for every call.
+	Tripwire bool
 }
 
 // RunWith is Run with options.
@@ -463,13 +467,18 @@ func (t *Trainer) RunWith(ctx context.Context, n int, opts RunOptions, cbs ...Ca
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if (opts.Tripwire || t.Config.Tripwire) && !forge.TripwireOn() {
+		forge.SetTripwire(true)
+		defer forge.SetTripwire(false)
+	}
 	for i := 0; i < n; i++ {
 		if ctx.Err() != nil {
 			return i, nil
 		}
 		var m Metrics
+		undo := t.snapshotInputs()
 		if err := forge.Try(func() { m = t.Step() }); err != nil {
-			return i, err
+			return i, t.tripped(err, undo)
 		}
 		if t.Val != nil && !opts.NoEval && ((t.Config.EvalEvery > 0 && m.Step%t.Config.EvalEvery == 0) || (i == n-1 && t.Config.EvalEvery > 0)) {
 			v, err := t.Eval()
@@ -497,6 +506,57 @@ func (t *Trainer) RunWith(ctx context.Context, n int, opts RunOptions, cbs ...Ca
 // ErrDiverged is wrapped by the error Run returns when MaxNonFinite steps
 // in a row had a non-finite loss or gradient norm.
 var ErrDiverged = errors.New("training diverged")
+
+// TripwireError is a step stopped by the NaN tripwire (Config.Tripwire)
+// before its update: the weights, the optimizer, the step count and the
+// position in the training data are those before the step.
+type TripwireError struct {
+	Step int         // the step that was not applied
+	Trip *forge.Trip // the op that made the first non-finite value
+}
+
+func (e *TripwireError) Error() string {
+	return fmt.Sprintf("train: tripwire at step %d: %s; the step was not applied (the weights are those of step %d)", e.Step, e.Trip, e.Step-1)
+}
+
+// snapshotInputs returns what puts back, with the tripwire on, the
+// position in the training data and the dropout generator that a step
+// stopped by it advanced (nil with the tripwire off).
+func (t *Trainer) snapshotInputs() func() {
+	if !forge.TripwireOn() {
+		return nil
+	}
+	var undo []func()
+	if l, ok := t.Train.(interface {
+		State() data.LoaderState
+		SetState(data.LoaderState) error
+	}); ok {
+		st := l.State()
+		undo = append(undo, func() { _ = l.SetState(st) })
+	}
+	if g := t.Model.DropoutGenerator(); g != nil {
+		st := g.State()
+		undo = append(undo, func() { g.SetState(st) })
+	}
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+	}
+}
+
+// tripped turns an error of the NaN tripwire into a *TripwireError,
+// undoing what the stopped step advanced; other errors pass unchanged.
+func (t *Trainer) tripped(err error, undo func()) error {
+	var fe *forge.Error
+	if !errors.As(err, &fe) || fe.Trip == nil {
+		return err
+	}
+	if undo != nil {
+		undo()
+	}
+	return &TripwireError{Step: t.StepCount() + 1, Trip: fe.Trip}
+}
 
 // checkFinite counts the steps in a row whose loss or gradient norm is not
 // finite and stops the run when there are Config.MaxNonFinite of them,
