@@ -481,11 +481,12 @@ type settings struct {
 	edgeitems int
 	live      bool
 	seed      uint64
-	budget    time.Duration
+	benchtime time.Duration
+	tripwire  bool
 }
 
 func defaultSettings() settings {
-	return settings{precision: 4, threshold: 1000, edgeitems: 3, live: true, seed: 1, budget: time.Second}
+	return settings{precision: 4, threshold: 1000, edgeitems: 3, live: true, seed: 1, benchtime: time.Second}
 }
 
 var settingDocs = []struct{ name, doc string }{
@@ -495,7 +496,9 @@ var settingDocs = []struct{ name, doc string }{
 	{"edgeitems", "items shown at each end of a summarised axis"},
 	{"live", "redraw a live line while training on a terminal (on/off)"},
 	{"seed", "the default sampling seed of :sample"},
-	{"budget", "the time :bench spends on each benchmark"},
+	{"benchtime", "the time :bench spends on each benchmark"},
+	{"budget", "memory tensors may hold (8GiB, 512MiB; auto: the available RAM or the device's)"},
+	{"tripwire", "stop at the first op whose output is NaN or ±Inf, naming it (on/off)"},
 }
 
 func settingNames() string {
@@ -523,10 +526,53 @@ func (st settings) get(name string) string {
 		return "off"
 	case "seed":
 		return strconv.FormatUint(st.seed, 10)
+	case "benchtime":
+		return st.benchtime.String()
 	case "budget":
-		return st.budget.String()
+		b, src := forge.MemoryBudget()
+		if src == "set" {
+			return numfmt.Bytes(float64(b))
+		}
+		if b == 0 {
+			return "auto (none known)"
+		}
+		return "auto (" + numfmt.Bytes(float64(b)) + ", " + src + ")"
+	case "tripwire":
+		if st.tripwire {
+			return "on"
+		}
+		return "off"
 	}
 	return ""
+}
+
+// parseBytes reads a memory size: a number of bytes with an optional
+// unit (KiB, MiB, GiB, TiB, or K, M, G, T for the same; KB, MB, GB, TB
+// for powers of 1000), or auto (0: the default budget).
+func parseBytes(v string) (int64, error) {
+	if v == "auto" || v == "0" {
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	}
+	num, mult := v, 1.0
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f <= 0 || f*mult > 1<<62 || math.IsNaN(f) {
+		return 0, usagef("budget wants a size (8GiB, 512MiB, 2G) or auto, got %q", v)
+	}
+	return int64(f * mult), nil
 }
 
 func cmdSet(s *Session, _ context.Context, args []string) error {
@@ -580,12 +626,27 @@ func cmdSet(s *Session, _ context.Context, args []string) error {
 		if err != nil {
 			err = usagef("seed wants an unsigned integer, got %q", v)
 		}
-	case "budget":
-		st.budget, err = time.ParseDuration(v)
-		if err == nil && st.budget <= 0 || err != nil {
-			st.budget = time.Second
-			err = usagef("budget wants a positive duration (500ms, 2s), got %q", v)
+	case "benchtime":
+		st.benchtime, err = time.ParseDuration(v)
+		if err == nil && st.benchtime <= 0 || err != nil {
+			st.benchtime = time.Second
+			err = usagef("benchtime wants a positive duration (500ms, 2s), got %q", v)
 		}
+	case "budget":
+		var b int64
+		if b, err = parseBytes(v); err == nil {
+			forge.SetMemoryBudget(b)
+		}
+	case "tripwire":
+		switch v {
+		case "on", "true", "1":
+			st.tripwire = true
+		case "off", "false", "0":
+			st.tripwire = false
+		default:
+			err = usagef("tripwire wants on or off, got %q", v)
+		}
+		forge.SetTripwire(st.tripwire)
 	}
 	if err != nil {
 		return err

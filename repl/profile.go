@@ -92,7 +92,7 @@ func cmdBench(s *Session, ctx context.Context, args []string) error {
 	if len(pos) == 0 {
 		return usagef("name a kernel, 'step' or give a Go expression")
 	}
-	bo := profile.BenchOptions{Budget: s.settings.budget}
+	bo := profile.BenchOptions{Budget: s.settings.benchtime}
 	if v, ok := opts["budget"]; ok {
 		if bo.Budget, err = time.ParseDuration(v); err != nil || bo.Budget <= 0 {
 			return usagef("--budget wants a positive duration (500ms, 2s), got %q", v)

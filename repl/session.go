@@ -111,6 +111,7 @@ func (s *Session) EvalContext(ctx context.Context, in string) (err error) {
 		if r := recover(); r != nil {
 			err = panicError(r)
 		}
+		err = s.nameTripInput(err, src)
 	}()
 	switch {
 	case strings.HasPrefix(src, ":"):
@@ -119,6 +120,21 @@ func (s *Session) EvalContext(ctx context.Context, in string) (err error) {
 		return s.doc(strings.TrimSpace(src[1:]))
 	}
 	return s.evalGo(ctx, src)
+}
+
+// nameTripInput adds to an error of the NaN tripwire (:set tripwire on)
+// the input that ran into it; other errors pass unchanged.
+func (s *Session) nameTripInput(err error, src string) error {
+	var fe *forge.Error
+	var te *train.TripwireError
+	if !(errors.As(err, &fe) && fe.Trip != nil) && !errors.As(err, &te) {
+		return err
+	}
+	in := flatten(src)
+	if r := []rune(in); len(r) > 60 {
+		in = string(r[:57]) + "..."
+	}
+	return fmt.Errorf("%w (input %d: %s)", err, len(s.inputs), in)
 }
 
 // panicError turns a recovered value into an error naming it a panic

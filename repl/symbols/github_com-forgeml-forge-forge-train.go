@@ -66,6 +66,7 @@ func init() {
 		"StepMemory":       reflect.ValueOf((*train.StepMemory)(nil)),
 		"Summary":          reflect.ValueOf((*train.Summary)(nil)),
 		"Trainer":          reflect.ValueOf((*train.Trainer)(nil)),
+		"TripwireError":    reflect.ValueOf((*train.TripwireError)(nil)),
 
 		// interface wrapper definitions
 		"_Batches": reflect.ValueOf((*_github_com_forgeml_forge_forge_train_Batches)(nil)),
