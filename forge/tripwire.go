@@ -2,7 +2,6 @@ package forge
 
 import (
 	"fmt"
-	"math"
 	"strings"
 )
 
@@ -90,12 +89,30 @@ func tripCheck(k kcall) {
 // countNonFinite reads t and counts its NaNs and infinities, returning
 // the first.
 func countNonFinite(t *Tensor) (n int, first float64) {
-	for _, v := range t.Float64s() {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			if n == 0 {
-				first = v
+	note := func(v float64) {
+		if n == 0 {
+			first = v
+		}
+		n++
+	}
+	switch d := t.Data().(type) {
+	case []float32:
+		for _, v := range d {
+			if v-v != 0 { // NaN or ±Inf
+				note(float64(v))
 			}
-			n++
+		}
+	case []float64:
+		for _, v := range d {
+			if v-v != 0 {
+				note(v)
+			}
+		}
+	case []uint16:
+		for _, v := range widenHalf(t.dtype, d) {
+			if v-v != 0 {
+				note(float64(v))
+			}
 		}
 	}
 	return n, first
