@@ -94,15 +94,20 @@ func (f *feeder) line(ctx context.Context, line string) (quit bool, complete boo
 // process's stdin), it first says on stderr, in one line, why it reads
 // plain lines: the input, or the output, is not a terminal.
 func (s *Session) RunLines(r io.Reader) error {
-	if why := notTerminal(r, s.stdout); why != "" {
+	if why := notTerminal(r, s.stdout); why != "" && !restarted {
 		fmt.Fprintf(s.stderr, "forge repl: reading plain lines because %s: no banner, no prompt, no completion; errors name their line\n", why)
 	}
+	if _, ok := r.(*os.File); ok && os.Getenv(ChildEnv) != "" {
+		r = byteReader{r} // the next child, if this one dies, reads on from the next line
+	}
 	f := &feeder{s: s, numbered: true}
+	s.reportState()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
 		var quit bool
 		interruptible(s, func(ctx context.Context) { quit, _ = f.line(ctx, sc.Text()) })
+		s.reportState()
 		if quit {
 			return f.result()
 		}
@@ -285,6 +290,7 @@ func (s *Session) RunTerminal(opts TerminalOptions) error {
 	}
 	defer rl.Close()
 	f := &feeder{s: s}
+	s.reportState()
 	for {
 		line, err := rl.Readline()
 		switch {
@@ -301,6 +307,7 @@ func (s *Session) RunTerminal(opts TerminalOptions) error {
 		var quit, complete bool
 		n := len(s.inputs)
 		interruptible(s, func(ctx context.Context) { quit, complete = f.line(ctx, line) })
+		s.reportState()
 		if len(s.inputs) > n { // one history entry per complete input
 			_ = rl.SaveHistory(s.inputs[len(s.inputs)-1])
 		}
