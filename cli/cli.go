@@ -92,6 +92,10 @@ func run(e *env, args []string) int {
 			case errors.Is(err, flag.ErrHelp):
 				return 0
 			}
+			var x exitStatus
+			if errors.As(err, &x) {
+				return int(x)
+			}
 			fmt.Fprintf(e.stderr, "forge %s: %s\n", name, oneLine(err))
 			var u usageError
 			if errors.As(err, &u) {

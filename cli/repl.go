@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/forgeml/forge/forge/train"
@@ -31,6 +32,18 @@ func cmdRepl(e *env, args []string) error {
 	}
 	if len(pos) > 1 {
 		return usagef("give at most one run directory, got %s", strings.Join(pos, " "))
+	}
+	child, note := repl.Child()
+	if !child && e.stdin == os.Stdin && e.stdout == os.Stdout && e.stderr == os.Stderr && e.interrupt == nil {
+		// The session runs in a child process this one restarts if it
+		// dies of what Go cannot recover (repl.Supervise).
+		return exitStatus(repl.Supervise(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if note != nil { // reopen what the session that died had open
+		pos, *noOpen, *config, dataFiles = nil, note.Dir == "", "", nil
+		if note.Dir != "" {
+			pos = []string{note.Dir}
+		}
 	}
 	if err := e.useDevice(*device); err != nil {
 		return err
@@ -66,6 +79,9 @@ func cmdRepl(e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "error: %s\n", repl.OneLine(err))
 		}
 	}
+	if note != nil {
+		s.SayRestarted(note)
+	}
 	if tty {
 		fmt.Fprintln(e.stdout, "forge repl — :help lists the commands, Tab completes, Ctrl-C interrupts, Ctrl-D leaves")
 		return s.RunTerminal(repl.TerminalOptions{Stdin: stdin, Stdout: e.stdout, Stderr: e.stderr, HistoryFile: *history})
@@ -87,3 +103,9 @@ func isTerminalWriter(w any) bool {
 	f, ok := w.(*os.File)
 	return ok && repl.IsTerminal(f)
 }
+
+// exitStatus is an error that makes forge exit with that status, saying
+// nothing more (a supervised REPL's child has said what there was to say).
+type exitStatus int
+
+func (x exitStatus) Error() string { return "exit status " + strconv.Itoa(int(x)) }

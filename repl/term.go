@@ -10,7 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
+	"time"
 
 	"github.com/chzyer/readline"
 )
@@ -93,15 +94,20 @@ func (f *feeder) line(ctx context.Context, line string) (quit bool, complete boo
 // process's stdin), it first says on stderr, in one line, why it reads
 // plain lines: the input, or the output, is not a terminal.
 func (s *Session) RunLines(r io.Reader) error {
-	if why := notTerminal(r, s.stdout); why != "" {
+	if why := notTerminal(r, s.stdout); why != "" && !restarted {
 		fmt.Fprintf(s.stderr, "forge repl: reading plain lines because %s: no banner, no prompt, no completion; errors name their line\n", why)
 	}
+	if _, ok := r.(*os.File); ok && os.Getenv(ChildEnv) != "" {
+		r = byteReader{r} // the next child, if this one dies, reads on from the next line
+	}
 	f := &feeder{s: s, numbered: true}
+	s.reportState()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
 		var quit bool
 		interruptible(s, func(ctx context.Context) { quit, _ = f.line(ctx, sc.Text()) })
+		s.reportState()
 		if quit {
 			return f.result()
 		}
@@ -143,32 +149,87 @@ func (f *feeder) result() error {
 	return nil
 }
 
-// interruptible runs fn with a context cancelled by the first Ctrl-C; a
-// second Ctrl-C during the same input ends the process.
+// leaveWait is how long a second Ctrl-C waits for the input, already told
+// to stop, to end its step in flight before the REPL leaves unsaved.
+var leaveWait = 10 * time.Second
+
+// interruptible runs fn with a context cancelled by the first Ctrl-C. A
+// second Ctrl-C during the same input leaves the REPL, but safely: fn
+// (training stops between steps) has leaveWait to return, then the steps
+// since the last save are saved by the goroutine that ran fn — never
+// while a step runs — and the process exits with status 130. A third Ctrl-C, or fn
+// not returning in time, leaves at once without saving, saying so.
 func interruptible(s *Session, fn func(ctx context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan os.Signal, 2)
+	ch := make(chan os.Signal, 3)
 	signal.Notify(ch, os.Interrupt)
 	done := make(chan struct{})
-	var fired atomic.Bool
+	var mu sync.Mutex
+	finished, leaving := false, false
 	go func() {
+		var late <-chan time.Time
+		n := 0
 		for {
 			select {
 			case <-ch:
-				if fired.Swap(true) {
-					fmt.Fprintln(s.stderr, "\ninterrupted twice: leaving")
+				switch n++; n {
+				case 1:
+					cancel()
+				case 2:
+					mu.Lock()
+					if finished { // fn has returned: nothing runs any more
+						mu.Unlock()
+						return
+					}
+					leaving = true
+					mu.Unlock()
+					fmt.Fprintln(s.stderr, "\ninterrupted twice: saving once the step in flight ends (Ctrl-C again leaves without saving)")
+					late = time.After(leaveWait)
+				default:
+					fmt.Fprintln(s.stderr, "\ninterrupted three times: leaving without saving")
 					os.Exit(130)
 				}
-				cancel()
+			case <-late:
+				fmt.Fprintf(s.stderr, "\ninterrupted twice: the input did not stop in %s; leaving without saving\n", leaveWait)
+				os.Exit(130)
 			case <-done:
-				return
+				mu.Lock()
+				l := leaving
+				mu.Unlock()
+				if !l {
+					return
+				}
+				done, late = nil, nil // fn is done: keep watching for Ctrl-C while saving
 			}
 		}
 	}()
 	fn(ctx)
+	mu.Lock()
+	finished = true
+	l := leaving
+	mu.Unlock()
 	close(done)
+	if l {
+		fmt.Fprintf(s.stderr, "interrupted twice: %s, leaving\n", s.saveLeaving())
+		os.Exit(130)
+	}
 	signal.Stop(ch)
 	cancel()
+}
+
+// saveLeaving saves the steps since the last save, for leaving the REPL,
+// and says what was saved.
+func (s *Session) saveLeaving() string {
+	if s.run == nil {
+		return "no run open"
+	}
+	if s.run.Trainer.StepCount() != s.savedStep {
+		if err := s.run.Save(); err != nil {
+			return "not saved: " + OneLine(err)
+		}
+		s.savedStep = s.run.Trainer.StepCount()
+	}
+	return fmt.Sprintf("saved step %d", s.savedStep)
 }
 
 // TerminalOptions configure RunTerminal.
@@ -229,6 +290,7 @@ func (s *Session) RunTerminal(opts TerminalOptions) error {
 	}
 	defer rl.Close()
 	f := &feeder{s: s}
+	s.reportState()
 	for {
 		line, err := rl.Readline()
 		switch {
@@ -245,6 +307,7 @@ func (s *Session) RunTerminal(opts TerminalOptions) error {
 		var quit, complete bool
 		n := len(s.inputs)
 		interruptible(s, func(ctx context.Context) { quit, complete = f.line(ctx, line) })
+		s.reportState()
 		if len(s.inputs) > n { // one history entry per complete input
 			_ = rl.SaveHistory(s.inputs[len(s.inputs)-1])
 		}
