@@ -226,16 +226,12 @@ func Supervise(args []string, stdin, stdout, stderr *os.File) int {
 		}
 		select {
 		case <-leaving:
-			return cmd.ProcessState.ExitCode()
+			return exitCode(cmd.ProcessState)
 		default:
 		}
 		why := crashReason(filepath.Join(shared, "crash.txt"), cmd.ProcessState)
 		if why == "" {
-			code := cmd.ProcessState.ExitCode()
-			if code < 0 { // ended by a signal it took as its own (SIGINT from a script's sender)
-				code = 130
-			}
-			return code
+			return exitCode(cmd.ProcessState)
 		}
 		fmt.Fprintf(stderr, "\nforge repl: the session died (%s); starting it again\n", why)
 		if time.Since(start) < 3*time.Second {
@@ -248,6 +244,15 @@ func Supervise(args []string, stdin, stdout, stderr *os.File) int {
 		}
 		writeNote(shared, why)
 	}
+}
+
+// exitCode is a child's exit status, 128 + the signal's number for one
+// ended by a signal, as a shell reports it.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
 }
 
 // crashReason is the first line of a child's fatal error ("" if it left
