@@ -51,9 +51,6 @@ func Show(x any) {
 
 func emit(h, text string) {
 	if isNotebook() {
-		if strings.Contains(h, "forge-chart") {
-			ensureLibrary()
-		}
 		displayHTML(h)
 		return
 	}

@@ -302,7 +302,7 @@ func (c *checker) notebook(path, name string, ch charts) int {
 		fmt.Printf("%s  no charts, nothing to draw\n", name)
 		return 0
 	}
-	if ch.Library == "" {
+	if !ch.HasLibrary {
 		// Rendered all the same: the screenshot and the blank charts show it.
 		fmt.Printf("nbshot: FAIL %s: %d charts but no echarts library output (%s): a reader's browser would draw none\n", name, n, libraryMarker)
 		c.failed = true

@@ -11,8 +11,12 @@ import (
 const chartMarker = `class="forge-chart"`
 
 // libraryMarker marks the output that carries the echarts library
-// (notebook.libraryHTML).
-const libraryMarker = "forge-echarts-lib"
+// (notebook.libraryHTML); dataMarker the compressed library itself, which
+// the first chart of a kernel session carries inside its own output.
+const (
+	libraryMarker = "forge-echarts-lib"
+	dataMarker    = `class="forge-echarts-data"`
+)
 
 // pageWidth is the width in CSS pixels of a check page and of the browser
 // window that renders it.
@@ -28,6 +32,8 @@ type output struct {
 type charts struct {
 	Library string   // the first echarts library output, "" when none
 	Outputs []output // the outputs that hold charts, in notebook order
+	// HasLibrary: some output (Library or a chart) carries the library.
+	HasLibrary bool
 }
 
 // ipynb is the part of the nbformat 4 JSON that nbshot reads.
@@ -78,6 +84,9 @@ func extract(data []byte) (charts, error) {
 			h, err := multiline(raw)
 			if err != nil {
 				return c, fmt.Errorf("cell %d output %d: text/html: %v", ci, oi, err)
+			}
+			if strings.Contains(h, libraryMarker) || strings.Contains(h, dataMarker) {
+				c.HasLibrary = true
 			}
 			switch {
 			case strings.Contains(h, chartMarker):
