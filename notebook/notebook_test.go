@@ -477,3 +477,94 @@ func TestHeatmapOption(t *testing.T) {
 		t.Error("title does not say the matrix was reduced")
 	}
 }
+
+// TestTitlesClearOfLegends: go-echarts' default legend sits at the top
+// centre, right on the title; a histogram's and a heatmap's single series
+// need none (the y axis or the colour scale names it), so none is shown.
+func TestTitlesClearOfLegends(t *testing.T) {
+	hist := HistogramOption("W: Tensor [64 64] float32", []float64{1, 2, 3, 4}, 4)
+	heat := HeatmapOption("W: Tensor [2 2] float32", 2, 2, []float64{1, 2, 3, 4})
+	for name, opt := range map[string]string{"histogram": hist, "heatmap": heat} {
+		var o map[string]any
+		if err := json.Unmarshal([]byte(opt), &o); err != nil {
+			t.Fatal(err)
+		}
+		if l, ok := o["legend"].(map[string]any); !ok || l["show"] != false {
+			t.Errorf("%s: legend %v, want one that is not shown", name, o["legend"])
+		}
+		title := o["title"].(map[string]any)["text"]
+		if s := o["series"].([]any)[0].(map[string]any)["name"]; s == title {
+			t.Errorf("%s: the series is named like the title (%q)", name, s)
+		}
+	}
+}
+
+// TestHistogramTicksOneFormat: every tick label of an axis in one
+// notation, with enough digits to tell neighbours apart.
+func TestHistogramTicksOneFormat(t *testing.T) {
+	fixed := regexp.MustCompile(`^-?\d+(\.\d+)?$`)
+	sci := regexp.MustCompile(`^-?\d(\.\d+)?e[-+]\d+$`)
+	for _, c := range []struct {
+		name   string
+		values []float64
+	}{
+		{"tiny", []float64{1e-5, 9.407e-05, 2e-4, 3e-4}}, // %.4g gave 3.9e-05 beside 0.000155
+		{"unit", []float64{-1, -0.3, 0.2, 1}},
+		{"large", []float64{1e6, 3e6, 7e6}},
+		{"counts", []float64{0, 100, 1000}},
+	} {
+		var o map[string]any
+		if err := json.Unmarshal([]byte(HistogramOption(c.name, c.values, 10)), &o); err != nil {
+			t.Fatal(err)
+		}
+		var labels []string
+		for _, l := range o["xAxis"].([]any)[0].(map[string]any)["data"].([]any) {
+			labels = append(labels, l.(string))
+		}
+		nf, ns := 0, 0
+		seen := map[string]bool{}
+		for _, l := range labels {
+			switch {
+			case fixed.MatchString(l):
+				nf++
+			case sci.MatchString(l):
+				ns++
+			default:
+				t.Errorf("%s: tick %q in neither notation", c.name, l)
+			}
+			if seen[l] {
+				t.Errorf("%s: two ticks read %q", c.name, l)
+			}
+			seen[l] = true
+		}
+		if nf > 0 && ns > 0 {
+			t.Errorf("%s: ticks mix notations: %v", c.name, labels)
+		}
+		lens := map[int]bool{}
+		for _, l := range labels {
+			_, frac, _ := strings.Cut(strings.TrimPrefix(strings.SplitN(l, "e", 2)[0], "-"), ".")
+			lens[len(frac)] = true
+		}
+		if len(lens) != 1 {
+			t.Errorf("%s: ticks with different numbers of decimals: %v", c.name, labels)
+		}
+	}
+}
+
+// TestProfileTimesDoNotWrap: a time in the profile table is one unit
+// ("13.3 ms" joined by a non-breaking space, its cell nowrap), never
+// "13.3" on one line and "ms" on the next.
+func TestProfileTimesDoNotWrap(t *testing.T) {
+	r := testReport()
+	r.Rows[0].Total = 13300 * time.Microsecond
+	h := reportHTML(&r)
+	if !strings.Contains(h, ">13.3\u00a0ms</td>") {
+		t.Errorf("the time is not joined to its unit by a non-breaking space:\n%.600s", h)
+	}
+	if regexp.MustCompile(`\d (ms|µs|s)<`).MatchString(h) {
+		t.Error("a time with a breaking space before its unit")
+	}
+	if !strings.Contains(h, ".forge-table td:not(.l){white-space:nowrap}") {
+		t.Error("the numeric cells may wrap")
+	}
+}

@@ -110,6 +110,7 @@ const css = `<style>
 .forge-table th,.forge-table td{border:1px solid #ddd;padding:2px 6px;text-align:right}
 .forge-table th{background:#f4f4f4;cursor:pointer}
 .forge-table td.l,.forge-table th.l{text-align:left}
+.forge-table td:not(.l){white-space:nowrap}
 .forge-muted{color:#777}
 .forge-bad{color:#b00020;font-weight:bold}
 </style>`
@@ -449,14 +450,16 @@ func historyText(h train.History) string {
 
 // ---- profile reports
 
+// dur is d for HTML: "13.3 ms" with a non-breaking space, so that a
+// narrow table column never wraps a time between number and unit.
 func dur(d time.Duration) string {
 	switch {
 	case d >= time.Second:
-		return fmt.Sprintf("%.3g s", d.Seconds())
+		return fmt.Sprintf("%.3g\u00a0s", d.Seconds())
 	case d >= time.Millisecond:
-		return fmt.Sprintf("%.3g ms", float64(d)/1e6)
+		return fmt.Sprintf("%.3g\u00a0ms", float64(d)/1e6)
 	}
-	return fmt.Sprintf("%.3g µs", float64(d)/1e3)
+	return fmt.Sprintf("%.3g\u00a0µs", float64(d)/1e3)
 }
 
 // sortScript makes the tables of class forge-sortable sort by a clicked
