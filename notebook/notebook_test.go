@@ -568,3 +568,53 @@ func TestProfileTimesDoNotWrap(t *testing.T) {
 		t.Error("the numeric cells may wrap")
 	}
 }
+
+// TestPanicIsOneErrorOutput: a forge panic in a cell under
+// `defer Recover()`, or inside a helper, is one readable error output,
+// and the process goes on.
+func TestPanicIsOneErrorOutput(t *testing.T) {
+	msgs := capture(t, func() {
+		func() {
+			defer Recover()
+			forge.Zeros(2, 3).MatMul(forge.Zeros(4, 5))
+			t.Error("the panic did not stop the cell's code")
+		}()
+	})
+	if len(msgs) != 1 {
+		t.Fatalf("%d outputs, want one", len(msgs))
+	}
+	h := htmlOf(t, msgs[0])
+	if !strings.Contains(h, "forge: matmul: inner dimensions differ: [2 3] @ [4 5]") || !strings.Contains(h, "forge-error") || strings.Contains(h, "goroutine") {
+		t.Errorf("not one readable forge error: %s", h)
+	}
+	// Any other panic: its value, with the stack folded away.
+	msgs = capture(t, func() {
+		func() {
+			defer Recover()
+			var m map[string]int
+			m["x"] = 1
+		}()
+	})
+	if len(msgs) != 1 || !strings.Contains(htmlOf(t, msgs[0]), "panic: assignment to entry in nil map") || !strings.Contains(htmlOf(t, msgs[0]), "<details>") {
+		t.Errorf("other panic: %d outputs %v", len(msgs), msgs)
+	}
+	// A helper given a bad argument reports it instead of ending the cell.
+	msgs = capture(t, func() { ShowHistogram(nil); ShowHeatmap(nil) })
+	if len(msgs) != 2 || !strings.Contains(htmlOf(t, msgs[0]), "notebook: ShowHistogram: panic:") || !strings.Contains(htmlOf(t, msgs[1]), "notebook: ShowHeatmap: panic:") {
+		t.Errorf("helpers: %d outputs", len(msgs))
+	}
+	// Outside a notebook: one line on stderr.
+	r, w, _ := os.Pipe()
+	old := os.Stderr
+	os.Stderr = w
+	textMode(t, func() {
+		func() { defer Recover(); forge.Zeros(2, 3).MatMul(forge.Zeros(4, 5)) }()
+	})
+	os.Stderr = old
+	w.Close()
+	b := make([]byte, 4096)
+	n, _ := r.Read(b)
+	if got := string(b[:n]); got != "error: forge: matmul: inner dimensions differ: [2 3] @ [4 5]\n" {
+		t.Errorf("text form: %q", got)
+	}
+}

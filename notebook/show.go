@@ -275,6 +275,7 @@ func tensorText(t *forge.Tensor) string {
 // ShowHeatmap displays a 2-D tensor as a heatmap (a larger matrix as
 // block means); outside a notebook it prints the tensor and its stats.
 func ShowHeatmap(t *forge.Tensor) {
+	defer catch("ShowHeatmap")
 	sh := t.Shape()
 	if len(sh) != 2 {
 		emit(errorHTML(fmt.Sprintf("notebook: ShowHeatmap needs a 2-D tensor, not %v", sh)), fmt.Sprintf("notebook: ShowHeatmap needs a 2-D tensor, not %v", sh))
@@ -289,6 +290,7 @@ func ShowHeatmap(t *forge.Tensor) {
 // ShowHistogram displays the distribution of a tensor's values in 50
 // bins; outside a notebook it prints its stats and a text histogram.
 func ShowHistogram(t *forge.Tensor) {
+	defer catch("ShowHistogram")
 	title := tensorHeader(t)
 	v := t.Float64s()
 	opt := HistogramOption(title, v, 50)
@@ -580,6 +582,7 @@ var tokenColors = []string{"#ffd8a8", "#c3fae8", "#d0bfff", "#ffec99", "#a5d8ff"
 // with its id on hover; outside a notebook it prints the pieces separated
 // by "|" and their ids.
 func ShowTokens(tok tokenizer.Tokenizer, text string) {
+	defer catch("ShowTokens")
 	h, t := tokensRender(tok, text)
 	emit(h, t)
 }
