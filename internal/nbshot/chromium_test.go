@@ -215,3 +215,54 @@ func TestNotebookChartsDrawThemselvesInChromium(t *testing.T) {
 		}
 	}
 }
+
+// TestTitleOverlapInChromium: the check measures where echarts laid out
+// a chart's title and legend. go-echarts' default legend (top centre,
+// here named like the title, as the heatmap's series was) sits on the
+// title and is reported; the notebook's heatmap and histogram options
+// are clear of it.
+func TestTitleOverlapInChromium(t *testing.T) {
+	b := needBrowser(t)
+	title := "W: Tensor [8 8] float32 on cpu, requires grad"
+	bad := `{"animation":false,"legend":{},"title":{"text":"` + title + `","left":"center","textStyle":{"fontSize":13}},` +
+		`"grid":[{"left":"50","top":"40","right":"90","bottom":"30"}],"xAxis":[{"type":"value"}],"yAxis":[{"type":"value"}],` +
+		`"series":[{"name":"` + title + `","type":"line","data":[[0,1],[1,2]]}]}`
+	vals := make([]float64, 64)
+	for i := range vals {
+		vals[i] = float64(i % 7)
+	}
+	outs := []map[string]any{
+		display("display_data", controlChart("overlapping", bad, 300, true)),
+		display("display_data", notebook.ChartHTML("heatmap", notebook.HeatmapOption(title, 8, 8, vals), 420, "")),
+		display("display_data", notebook.ChartHTML("histogram", notebook.HistogramOption(title, vals, 20), 320, "")),
+	}
+	ch, err := extract(nbJSON(t, outs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	page := filepath.Join(dir, "overlap.html")
+	if err := os.WriteFile(page, []byte(buildPage("overlap", assetLibrary(t), ch.Outputs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err := b.render(page, filepath.Join(dir, "overlap.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Charts) != 3 {
+		t.Fatalf("%d charts", len(rep.Charts))
+	}
+	for _, c := range rep.Charts {
+		t.Logf("%s: boxes %v, notes %v", c.ID, c.Boxes, notes(c))
+		if _, ok := c.Boxes["title"]; !ok || !c.Drawn {
+			t.Errorf("%s: drawn %v, no title box measured (%s)", c.ID, c.Drawn, c.Error)
+		}
+		overlap := false
+		for _, n := range notes(c) {
+			overlap = overlap || strings.Contains(n, "overlaps")
+		}
+		if want := c.ID == "overlapping"; overlap != want {
+			t.Errorf("%s: overlap reported %v, want %v", c.ID, overlap, want)
+		}
+	}
+}

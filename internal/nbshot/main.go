@@ -389,5 +389,12 @@ func notes(c chartReport) []string {
 	if c.Progressive {
 		ns = append(ns, "a series kept progressive rendering despite the page's preprocessor")
 	}
+	for _, other := range []string{"legend", "visualMap"} {
+		t, ok1 := c.Boxes["title"]
+		o, ok2 := c.Boxes[other]
+		if ok1 && ok2 && t.overlaps(o) {
+			ns = append(ns, fmt.Sprintf("the title %v overlaps the %s %v", t, other, o))
+		}
+	}
 	return ns
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"math"
 	"strings"
 )
 
@@ -171,6 +172,20 @@ function report() {
         c.progressive = ss.some(function(x){ return x && x.progressive !== 0; });
       } catch (e) { c.error = String(e); }
       try {
+        // Where the title, legend and colour scale were laid out (page
+        // pixels relative to the chart), to find overlaps.
+        c.boxes = {};
+        ["title", "legend", "visualMap"].forEach(function(k){
+          var m = ch.getModel().getComponent(k);
+          if (!m || m.get("show") === false) { return; }
+          var v = ch.getViewOfComponentModel(m);
+          if (!v || !v.group) { return; }
+          var r = v.group.getBoundingRect().clone();
+          if (v.group.transform) { r.applyTransform(v.group.transform); }
+          if (r.width > 0 && r.height > 0) { c.boxes[k] = {x: r.x, y: r.y, w: r.width, h: r.height}; }
+        });
+      } catch (e) { c.error = String(e); }
+      try {
         var g = ch.getModel().getComponent("grid");
         var cs = g && g.coordinateSystem;
         if (cs && cs.getRect) { r = cs.getRect(); }
@@ -277,6 +292,14 @@ func buildPageHead(title, head, library string, outs []output) string {
 	return b.String()
 }
 
+// box is a rectangle in a chart's pixels.
+type box struct{ X, Y, W, H float64 }
+
+// overlaps reports whether a and b share more than a pixel's sliver.
+func (a box) overlaps(b box) bool {
+	return math.Min(a.X+a.W, b.X+b.W)-math.Max(a.X, b.X) > 1 && math.Min(a.Y+a.H, b.Y+b.H)-math.Max(a.Y, b.Y) > 1
+}
+
 // chartReport is the report script's entry for one chart div.
 type chartReport struct {
 	Index int     `json:"index"`
@@ -296,6 +319,9 @@ type chartReport struct {
 	Width       float64 `json:"width"`
 	Height      float64 `json:"height"`
 	Progressive bool    `json:"progressive"`
+	// Boxes are the laid-out rectangles of the title, legend and
+	// visualMap components that are shown, by component.
+	Boxes map[string]box `json:"boxes"`
 }
 
 // pageReport is what the report script writes.
