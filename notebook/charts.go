@@ -99,8 +99,9 @@ func HistogramOption(title string, values []float64, bins int) string {
 			}
 			counts[min(int((v-lo)/w), bins-1)]++
 		}
+		tick := tickFormat(lo, hi, w)
 		for i := range labels {
-			labels[i] = fmt.Sprintf("%.4g", lo+(float64(i)+0.5)*w)
+			labels[i] = tick(lo + (float64(i)+0.5)*w)
 		}
 	}
 	if bad > 0 {
@@ -110,6 +111,8 @@ func HistogramOption(title string, values []float64, bins int) string {
 	bar.SetGlobalOptions(
 		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		// One series, named by the y axis: a legend would sit on the title.
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(false)}),
 		charts.WithGridOpts(opts.Grid{Left: "50", Right: "20", Top: "40", Bottom: "40"}),
 		charts.WithXAxisOpts(opts.XAxis{Type: "category", Name: "value", NameLocation: "middle", NameGap: 25}),
 		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "count"}),
@@ -122,6 +125,31 @@ func HistogramOption(title string, values []float64, bins int) string {
 	}
 	bar.AddSeries("count", data, charts.WithBarChartOpts(opts.BarChart{BarCategoryGap: "0%"}))
 	return bar.RenderSnippet().Option
+}
+
+// tickFormat returns one format for every tick label of an axis from lo
+// to hi in steps of w: fixed-point with as many decimals as the step
+// needs, or, for very small or very large magnitudes, scientific notation
+// with a common number of digits — never a mix of the two (%g's
+// "9.7e-05" beside "0.000155").
+func tickFormat(lo, hi, w float64) func(float64) string {
+	mag := math.Max(math.Abs(lo), math.Abs(hi))
+	if w <= 0 || math.IsNaN(w) || math.IsInf(w, 0) {
+		w = math.Max(mag, 1)
+	}
+	if mag != 0 && (mag < 1e-3 || mag >= 1e6) {
+		// digits after the point of the mantissa: enough to tell steps apart
+		d := int(math.Max(0, math.Min(6, math.Ceil(math.Log10(mag/w)))))
+		return func(v float64) string { return strconv.FormatFloat(v, 'e', d, 64) }
+	}
+	d := int(math.Max(0, math.Min(8, math.Ceil(-math.Log10(w))+1)))
+	return func(v float64) string {
+		s := strconv.FormatFloat(v, 'f', d, 64)
+		if s == "-"+strconv.FormatFloat(0, 'f', d, 64) {
+			s = s[1:] // no "-0.00"
+		}
+		return s
+	}
 }
 
 // maxHeatmapSide is the most rows or columns a heatmap draws; larger
@@ -189,6 +217,9 @@ func HeatmapOption(title string, rows, cols int, values []float64) string {
 	hm.SetGlobalOptions(
 		charts.WithTitleOpts(opts.Title{Title: title, Left: "center", TitleStyle: &opts.TextStyle{FontSize: 13}}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true)}),
+		// The colour scale (visualMap) is the legend; go-echarts' default
+		// legend would repeat the series name on top of the title.
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(false)}),
 		charts.WithGridOpts(opts.Grid{Left: "50", Right: "90", Top: "40", Bottom: "30"}),
 		charts.WithXAxisOpts(opts.XAxis{Type: "category", Data: xs, Name: "col"}),
 		charts.WithYAxisOpts(opts.YAxis{Type: "category", Data: ys, Name: "row", Inverse: opts.Bool(true)}),
@@ -197,7 +228,7 @@ func HeatmapOption(title string, rows, cols int, values []float64) string {
 		charts.WithAnimation(false),
 	)
 	hm.SetXAxis(xs)
-	hm.AddSeries(title, nil)
+	hm.AddSeries("value", nil)
 	return withSeriesData(hm.RenderSnippet().Option, data)
 }
 

@@ -11,12 +11,26 @@
 // ShowTokens(tok, text) colours a text's tokens. Outside GoNB each prints
 // its text form to stdout, so the same code runs in a terminal or a test.
 //
-// Charts are echarts 5.6.0 (embedded from assets/, see PROVENANCE.md),
-// inlined once per process and registered as window.echarts even under
-// require.js, so notebooks work offline in classic Notebook and JupyterLab.
-// go-echarts builds each option; our wrapper draws it, maps NaN/Inf to
-// gaps, downsamples series to MaxPoints, and keeps a text placeholder for
-// untrusted notebooks.
+// Charts are echarts 5.6.0 (embedded from assets/, see PROVENANCE.md).
+// Every chart fragment draws by itself, however it is displayed (Show, or
+// gonbui.DisplayHTML(ChartHTML(…))): the first chart of a kernel session
+// carries the library, gzip-compressed (0.45 MB of page text for 1.03 MB
+// of JavaScript), and every chart a small loader that finds it anywhere on
+// the page, decompresses it and registers it as window.echarts even under
+// require.js. Later cells (new processes) do not send it again, so a saved
+// notebook holds it once and works offline, in classic Notebook and
+// JupyterLab. If the output that carried it is cleared or its cell run
+// again, ResendLibrary makes the next chart carry it. go-echarts builds
+// each option; our wrapper draws it, maps NaN/Inf to gaps, downsamples
+// series to MaxPoints, and keeps a text placeholder for untrusted
+// notebooks.
+//
+// # Errors
+//
+// Show and the other helpers never end a cell: a panic while they render
+// (a forge error, a bad argument) is shown as one error output. Deferred
+// at the top of a cell, Recover does the same for the cell's own code,
+// where GoNB would otherwise report only "exit status 2".
 //
 // # One run across cells
 //

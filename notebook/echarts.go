@@ -2,15 +2,20 @@ package notebook
 
 import (
 	"bytes"
+	"compress/gzip"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/go-echarts/go-echarts/v2/render"
+	"github.com/janpfeifer/gonb/gonbui/protocol"
 )
 
 // echartsJS is Apache ECharts 5.6.0 (dist/echarts.min.js from the npm
@@ -31,30 +36,108 @@ var (
 	libSent bool
 )
 
-// libraryHTML is the echarts library as one HTML fragment. It is wrapped
-// so that it registers as window.echarts even where require.js defines
-// `define` (classic Notebook), and skipped when the page already has it.
+// libPayload is the library gzip-compressed and base64-encoded: 1.03 MB
+// of JavaScript becomes ~0.45 MB of page text. It is made once, when a
+// process first sends the library.
+var libPayload = sync.OnceValue(func() string {
+	var z bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+	w.Write([]byte(echartsJS))
+	w.Close()
+	return base64.StdEncoding.EncodeToString(z.Bytes())
+})
+
+// libraryHTML is the echarts library as one HTML fragment: a hidden
+// marker and the compressed library as inert data (a script element of a
+// non-JavaScript type, which browsers keep but do not run), then a
+// script that loads it at once. Charts also look for it on the page
+// (loaderJS) and decompress and run it, so that it
+// registers as window.echarts even where require.js defines `define`
+// (classic Notebook).
 func libraryHTML() string {
 	var b strings.Builder
-	b.Grow(len(echartsJS) + 256)
+	p := libPayload()
+	b.Grow(len(p) + 256)
 	b.WriteString("<div class=\"forge-echarts-lib\" style=\"display:none\">echarts ")
 	b.WriteString(EChartsVersion)
-	b.WriteString("</div>\n<script>\nif (!window.echarts) {\n(function(define,module,exports){\n")
-	b.WriteString(echartsJS)
-	b.WriteString("\n}).call(window);\n}\n</script>\n")
+	b.WriteString("</div>\n<script type=\"application/x-forge-echarts\" class=\"forge-echarts-data\" data-version=\"")
+	b.WriteString(EChartsVersion)
+	b.WriteString("\" data-encoding=\"gzip+base64\">")
+	b.WriteString(p)
+	b.WriteString("</script>\n<script>\n")
+	b.WriteString(loaderJS)
+	b.WriteString("window.__forgeEcharts();\n</script>\n")
 	return b.String()
 }
 
-// ensureLibrary displays the echarts library once per process (each GoNB
-// cell is a process) in its own output, before the first chart.
-func ensureLibrary() {
+// loaderJS defines window.__forgeEcharts(), which every chart's script
+// calls until window.echarts exists: it looks for the library's data on
+// the page (the first chart of a kernel session carries it; charts of
+// later cells find it there, whatever order the outputs render in),
+// decompresses it with the browser's DecompressionStream and runs it. It
+// returns a message when the page cannot have echarts, "" otherwise.
+const loaderJS = `if (!window.__forgeEcharts) {
+  window.__forgeEcharts = function() {
+    if (window.echarts || window.__forgeEchartsLoading) { return ""; }
+    var d = document.querySelector("script.forge-echarts-data");
+    if (!d) { return "echarts is not on this page: run a chart cell again"; }
+    if (!window.DecompressionStream) { return "this browser cannot decompress echarts (no DecompressionStream)"; }
+    window.__forgeEchartsLoading = true;
+    var bin = atob(d.textContent.replace(/\s+/g, ""));
+    var u = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) { u[i] = bin.charCodeAt(i); }
+    new Response(new Blob([u]).stream().pipeThrough(new DecompressionStream("gzip"))).text().then(function(src) {
+      if (!window.echarts) { (new Function("define", "module", "exports", src)).call(window); }
+    }).catch(function(e) { window.__forgeEchartsError = String(e); });
+    return "";
+  };
+}
+`
+
+// libraryOnPage reports whether this kernel session's page already has
+// the library, and records that it will from now on. GoNB runs each cell
+// as a process but keeps one temporary directory ($GONB_TMP_DIR) per
+// kernel session: a marker there makes the library go once per session,
+// not once per cell. Elsewhere it goes once per process.
+func libraryOnPage() bool {
 	libMu.Lock()
 	defer libMu.Unlock()
-	if libSent || !isNotebook() {
+	if libSent {
+		return true
+	}
+	libSent = true
+	if dir := os.Getenv(protocol.GONB_TMP_DIR_ENV); dir != "" {
+		marker := filepath.Join(dir, "forge-echarts-"+EChartsVersion+".sent")
+		f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return os.IsExist(err)
+		}
+		f.Close()
+	}
+	return false
+}
+
+// ResendLibrary makes the next chart carry the echarts library again, for
+// when the output that carried it was cleared or its cell run again (its
+// new output no longer has it): the charts of the saved notebook would
+// otherwise say that echarts is not on the page.
+func ResendLibrary() {
+	libMu.Lock()
+	defer libMu.Unlock()
+	libSent = false
+	if dir := os.Getenv(protocol.GONB_TMP_DIR_ENV); dir != "" {
+		os.Remove(filepath.Join(dir, "forge-echarts-"+EChartsVersion+".sent"))
+	}
+}
+
+// ensureLibrary displays the echarts library in its own output unless
+// the page has it (libraryOnPage); a live dashboard calls it first, as
+// its own output is replaced at every update.
+func ensureLibrary() {
+	if !isNotebook() || libraryOnPage() {
 		return
 	}
 	displayHTML(libraryHTML())
-	libSent = true
 }
 
 // ChartHTML renders an echarts option (JSON text, e.g. go-echarts'
@@ -64,8 +147,10 @@ func ensureLibrary() {
 // script that waits for window.echarts, disposes an older chart drawn with
 // the same id, and draws this one. The option's non-finite numbers are
 // already "-" (see Value); "</script>" and other markup inside its strings
-// is escaped so it cannot end the script. The library itself is not part
-// of the fragment (see Show, which sends it once per process).
+// is escaped so it cannot end the script. The fragment draws by itself:
+// the first chart of a kernel session (of a process outside GoNB) carries
+// the compressed echarts library, later ones a small loader that finds it
+// on the page (see ResendLibrary).
 func ChartHTML(id string, option any, height int, placeholder string) string {
 	opt, err := optionJSON(option)
 	if err != nil {
@@ -76,15 +161,22 @@ func ChartHTML(id string, option any, height int, placeholder string) string {
 	}
 	idJS, _ := json.Marshal(id)
 	var b strings.Builder
+	if !libraryOnPage() {
+		b.WriteString(libraryHTML())
+	}
 	fmt.Fprintf(&b, "<div id=\"%s\" class=\"forge-chart\" style=\"width:100%%;max-width:960px;height:%dpx\">", html.EscapeString(id), height)
 	fmt.Fprintf(&b, "<pre class=\"forge-chart-placeholder\" style=\"margin:0;padding:8px;color:#666;font-size:12px;white-space:pre-wrap\">%s</pre></div>\n", html.EscapeString(placeholder))
-	b.WriteString("<script>\n(function(){\n")
+	b.WriteString("<script>\n")
+	b.WriteString(loaderJS)
+	b.WriteString("(function(){\n")
 	fmt.Fprintf(&b, "var id = %s;\nvar option = %s;\n", htmlSafeJSON(idJS), opt)
 	b.WriteString(`var tries = 0;
 function draw() {
   var el = document.getElementById(id);
+  var why = window.echarts ? "" : window.__forgeEcharts();
   if (!window.echarts || !el) {
     if (tries++ < 400) { setTimeout(draw, 25); }
+    else if (el && why) { el.firstChild && (el.firstChild.textContent = why + "\n" + el.firstChild.textContent); }
     return;
   }
   var reg = window.__forgeCharts = window.__forgeCharts || {};

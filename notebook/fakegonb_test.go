@@ -159,9 +159,9 @@ func resetLibrary() {
 	libMu.Unlock()
 }
 
-// isLibrary reports whether h is the inlined echarts library.
+// isLibrary reports whether h carries the (compressed) echarts library.
 func isLibrary(h string) bool {
-	return strings.Contains(h, "forge-echarts-lib") && len(h) > 1_000_000
+	return strings.Contains(h, "forge-echarts-data") && len(h) > 300_000
 }
 
 // textMode runs fn outside a notebook and returns what it printed.

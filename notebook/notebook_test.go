@@ -128,17 +128,17 @@ func TestShowTensor(t *testing.T) {
 		t.Errorf("large tensor not summarised:\n%s", h)
 	}
 
-	// Heatmap: the library goes first, once per process.
+	// Heatmap: the first chart carries the library, once per process.
 	msgs = capture(t, func() { ShowHeatmap(big); ShowHeatmap(x) })
-	if len(msgs) != 3 || !isLibrary(htmlOf(t, msgs[0])) {
-		t.Fatalf("%d messages; want the library then two charts", len(msgs))
+	if len(msgs) != 2 || !isLibrary(htmlOf(t, msgs[0])) || isLibrary(htmlOf(t, msgs[1])) {
+		t.Fatalf("%d messages; want two charts, the first with the library", len(msgs))
 	}
 	lib := htmlOf(t, msgs[0])
-	if !strings.Contains(lib, "(function(define,module,exports){") || !strings.Contains(lib, "}).call(window);") {
-		t.Error("library not wrapped for require.js")
+	if !strings.Contains(lib, `new Function("define", "module", "exports", src)).call(window)`) {
+		t.Error("library not run hidden from require.js")
 	}
-	for _, m := range msgs[1:] {
-		if h := htmlOf(t, m); !strings.Contains(h, `"type":"heatmap"`) || !strings.Contains(h, "forge-chart") || isLibrary(h) {
+	for _, m := range msgs {
+		if h := htmlOf(t, m); !strings.Contains(h, `"type":"heatmap"`) || !strings.Contains(h, "forge-chart") {
 			t.Errorf("not a heatmap chart: %.300s", h)
 		}
 	}
@@ -205,7 +205,7 @@ func TestShowHistory(t *testing.T) {
 		if len(msgs) < 1 {
 			t.Fatalf("%T: no message", x)
 		}
-		page := htmlOf(t, msgs[len(msgs)-1])
+		page := payloadRE.ReplaceAllString(htmlOf(t, msgs[len(msgs)-1]), "") // base64 may spell "NaN"
 		for _, want := range []string{`"name":"loss"`, `"name":"val_loss"`, "learning rate", "grad norm", "tokens / s", "30 steps", "forge-chart"} {
 			if !strings.Contains(page, want) {
 				t.Errorf("%T: history HTML lacks %q", x, want)
@@ -236,10 +236,10 @@ func TestShowReport(t *testing.T) {
 	r := testReport()
 	resetLibrary()
 	msgs := capture(t, func() { Show(r) })
-	if len(msgs) != 2 || !isLibrary(htmlOf(t, msgs[0])) {
-		t.Fatalf("%d messages", len(msgs))
+	if len(msgs) != 1 || !isLibrary(htmlOf(t, msgs[0])) {
+		t.Fatalf("%d messages, want one carrying the library", len(msgs))
 	}
-	h := htmlOf(t, msgs[1])
+	h := htmlOf(t, msgs[0])
 	for _, want := range []string{"forge-sortable", "matmul (avx512)", "softmax", "75.0%", `"type":"bar"`, "kernel time", "addEventListener(\"click\""} {
 		if !strings.Contains(h, want) {
 			t.Errorf("report HTML lacks %q", want)
@@ -475,5 +475,146 @@ func TestHeatmapOption(t *testing.T) {
 	}
 	if !strings.Contains(opt, "block means, 128×128 cells") {
 		t.Error("title does not say the matrix was reduced")
+	}
+}
+
+// TestTitlesClearOfLegends: go-echarts' default legend sits at the top
+// centre, right on the title; a histogram's and a heatmap's single series
+// need none (the y axis or the colour scale names it), so none is shown.
+func TestTitlesClearOfLegends(t *testing.T) {
+	hist := HistogramOption("W: Tensor [64 64] float32", []float64{1, 2, 3, 4}, 4)
+	heat := HeatmapOption("W: Tensor [2 2] float32", 2, 2, []float64{1, 2, 3, 4})
+	for name, opt := range map[string]string{"histogram": hist, "heatmap": heat} {
+		var o map[string]any
+		if err := json.Unmarshal([]byte(opt), &o); err != nil {
+			t.Fatal(err)
+		}
+		if l, ok := o["legend"].(map[string]any); !ok || l["show"] != false {
+			t.Errorf("%s: legend %v, want one that is not shown", name, o["legend"])
+		}
+		title := o["title"].(map[string]any)["text"]
+		if s := o["series"].([]any)[0].(map[string]any)["name"]; s == title {
+			t.Errorf("%s: the series is named like the title (%q)", name, s)
+		}
+	}
+}
+
+// TestHistogramTicksOneFormat: every tick label of an axis in one
+// notation, with enough digits to tell neighbours apart.
+func TestHistogramTicksOneFormat(t *testing.T) {
+	fixed := regexp.MustCompile(`^-?\d+(\.\d+)?$`)
+	sci := regexp.MustCompile(`^-?\d(\.\d+)?e[-+]\d+$`)
+	for _, c := range []struct {
+		name   string
+		values []float64
+	}{
+		{"tiny", []float64{1e-5, 9.407e-05, 2e-4, 3e-4}}, // %.4g gave 3.9e-05 beside 0.000155
+		{"unit", []float64{-1, -0.3, 0.2, 1}},
+		{"large", []float64{1e6, 3e6, 7e6}},
+		{"counts", []float64{0, 100, 1000}},
+	} {
+		var o map[string]any
+		if err := json.Unmarshal([]byte(HistogramOption(c.name, c.values, 10)), &o); err != nil {
+			t.Fatal(err)
+		}
+		var labels []string
+		for _, l := range o["xAxis"].([]any)[0].(map[string]any)["data"].([]any) {
+			labels = append(labels, l.(string))
+		}
+		nf, ns := 0, 0
+		seen := map[string]bool{}
+		for _, l := range labels {
+			switch {
+			case fixed.MatchString(l):
+				nf++
+			case sci.MatchString(l):
+				ns++
+			default:
+				t.Errorf("%s: tick %q in neither notation", c.name, l)
+			}
+			if seen[l] {
+				t.Errorf("%s: two ticks read %q", c.name, l)
+			}
+			seen[l] = true
+		}
+		if nf > 0 && ns > 0 {
+			t.Errorf("%s: ticks mix notations: %v", c.name, labels)
+		}
+		lens := map[int]bool{}
+		for _, l := range labels {
+			_, frac, _ := strings.Cut(strings.TrimPrefix(strings.SplitN(l, "e", 2)[0], "-"), ".")
+			lens[len(frac)] = true
+		}
+		if len(lens) != 1 {
+			t.Errorf("%s: ticks with different numbers of decimals: %v", c.name, labels)
+		}
+	}
+}
+
+// TestProfileTimesDoNotWrap: a time in the profile table is one unit
+// ("13.3 ms" joined by a non-breaking space, its cell nowrap), never
+// "13.3" on one line and "ms" on the next.
+func TestProfileTimesDoNotWrap(t *testing.T) {
+	r := testReport()
+	r.Rows[0].Total = 13300 * time.Microsecond
+	h := reportHTML(&r)
+	if !strings.Contains(h, ">13.3\u00a0ms</td>") {
+		t.Errorf("the time is not joined to its unit by a non-breaking space:\n%.600s", h)
+	}
+	if regexp.MustCompile(`\d (ms|µs|s)<`).MatchString(h) {
+		t.Error("a time with a breaking space before its unit")
+	}
+	if !strings.Contains(h, ".forge-table td:not(.l){white-space:nowrap}") {
+		t.Error("the numeric cells may wrap")
+	}
+}
+
+// TestPanicIsOneErrorOutput: a forge panic in a cell under
+// `defer Recover()`, or inside a helper, is one readable error output,
+// and the process goes on.
+func TestPanicIsOneErrorOutput(t *testing.T) {
+	msgs := capture(t, func() {
+		func() {
+			defer Recover()
+			forge.Zeros(2, 3).MatMul(forge.Zeros(4, 5))
+			t.Error("the panic did not stop the cell's code")
+		}()
+	})
+	if len(msgs) != 1 {
+		t.Fatalf("%d outputs, want one", len(msgs))
+	}
+	h := htmlOf(t, msgs[0])
+	if !strings.Contains(h, "forge: matmul: inner dimensions differ: [2 3] @ [4 5]") || !strings.Contains(h, "forge-error") || strings.Contains(h, "goroutine") {
+		t.Errorf("not one readable forge error: %s", h)
+	}
+	// Any other panic: its value, with the stack folded away.
+	msgs = capture(t, func() {
+		func() {
+			defer Recover()
+			var m map[string]int
+			m["x"] = 1
+		}()
+	})
+	if len(msgs) != 1 || !strings.Contains(htmlOf(t, msgs[0]), "panic: assignment to entry in nil map") || !strings.Contains(htmlOf(t, msgs[0]), "<details>") {
+		t.Errorf("other panic: %d outputs %v", len(msgs), msgs)
+	}
+	// A helper given a bad argument reports it instead of ending the cell.
+	msgs = capture(t, func() { ShowHistogram(nil); ShowHeatmap(nil) })
+	if len(msgs) != 2 || !strings.Contains(htmlOf(t, msgs[0]), "notebook: ShowHistogram: panic:") || !strings.Contains(htmlOf(t, msgs[1]), "notebook: ShowHeatmap: panic:") {
+		t.Errorf("helpers: %d outputs", len(msgs))
+	}
+	// Outside a notebook: one line on stderr.
+	r, w, _ := os.Pipe()
+	old := os.Stderr
+	os.Stderr = w
+	textMode(t, func() {
+		func() { defer Recover(); forge.Zeros(2, 3).MatMul(forge.Zeros(4, 5)) }()
+	})
+	os.Stderr = old
+	w.Close()
+	b := make([]byte, 4096)
+	n, _ := r.Read(b)
+	if got := string(b[:n]); got != "error: forge: matmul: inner dimensions differ: [2 3] @ [4 5]\n" {
+		t.Errorf("text form: %q", got)
 	}
 }

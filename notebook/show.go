@@ -51,9 +51,6 @@ func Show(x any) {
 
 func emit(h, text string) {
 	if isNotebook() {
-		if strings.Contains(h, "forge-chart") {
-			ensureLibrary()
-		}
 		displayHTML(h)
 		return
 	}
@@ -113,6 +110,7 @@ const css = `<style>
 .forge-table th,.forge-table td{border:1px solid #ddd;padding:2px 6px;text-align:right}
 .forge-table th{background:#f4f4f4;cursor:pointer}
 .forge-table td.l,.forge-table th.l{text-align:left}
+.forge-table td:not(.l){white-space:nowrap}
 .forge-muted{color:#777}
 .forge-bad{color:#b00020;font-weight:bold}
 </style>`
@@ -277,6 +275,7 @@ func tensorText(t *forge.Tensor) string {
 // ShowHeatmap displays a 2-D tensor as a heatmap (a larger matrix as
 // block means); outside a notebook it prints the tensor and its stats.
 func ShowHeatmap(t *forge.Tensor) {
+	defer catch("ShowHeatmap")
 	sh := t.Shape()
 	if len(sh) != 2 {
 		emit(errorHTML(fmt.Sprintf("notebook: ShowHeatmap needs a 2-D tensor, not %v", sh)), fmt.Sprintf("notebook: ShowHeatmap needs a 2-D tensor, not %v", sh))
@@ -291,6 +290,7 @@ func ShowHeatmap(t *forge.Tensor) {
 // ShowHistogram displays the distribution of a tensor's values in 50
 // bins; outside a notebook it prints its stats and a text histogram.
 func ShowHistogram(t *forge.Tensor) {
+	defer catch("ShowHistogram")
 	title := tensorHeader(t)
 	v := t.Float64s()
 	opt := HistogramOption(title, v, 50)
@@ -452,14 +452,16 @@ func historyText(h train.History) string {
 
 // ---- profile reports
 
+// dur is d for HTML: "13.3 ms" with a non-breaking space, so that a
+// narrow table column never wraps a time between number and unit.
 func dur(d time.Duration) string {
 	switch {
 	case d >= time.Second:
-		return fmt.Sprintf("%.3g s", d.Seconds())
+		return fmt.Sprintf("%.3g\u00a0s", d.Seconds())
 	case d >= time.Millisecond:
-		return fmt.Sprintf("%.3g ms", float64(d)/1e6)
+		return fmt.Sprintf("%.3g\u00a0ms", float64(d)/1e6)
 	}
-	return fmt.Sprintf("%.3g µs", float64(d)/1e3)
+	return fmt.Sprintf("%.3g\u00a0µs", float64(d)/1e3)
 }
 
 // sortScript makes the tables of class forge-sortable sort by a clicked
@@ -580,6 +582,7 @@ var tokenColors = []string{"#ffd8a8", "#c3fae8", "#d0bfff", "#ffec99", "#a5d8ff"
 // with its id on hover; outside a notebook it prints the pieces separated
 // by "|" and their ids.
 func ShowTokens(tok tokenizer.Tokenizer, text string) {
+	defer catch("ShowTokens")
 	h, t := tokensRender(tok, text)
 	emit(h, t)
 }

@@ -41,9 +41,10 @@ cat >"$OUT/PROVENANCE.md" <<MD
 - ECHARTS-LICENSE: sha256 \`$LIC_SHA\`
 - Date: $(date -u +%Y-%m-%d)
 
-The file is unmodified. The notebook package embeds it (go:embed) and inlines
-it once per cell process, wrapped as
-\`(function(define,module,exports){…}).call(window)\` so that it registers as
-\`window.echarts\` under require.js.
+The file is unmodified. The notebook package embeds it (go:embed); the first
+chart of a kernel session carries it gzip-compressed and base64-encoded as inert
+data, and the charts' loader decompresses it in the browser and runs it as
+\`new Function("define","module","exports", source).call(window)\`, so that it
+registers as \`window.echarts\` under require.js.
 MD
 echo "echarts $VERSION -> $OUT (echarts.min.js sha256 $JS_SHA)"

@@ -111,7 +111,6 @@ func TestBenchKernelDefaults(t *testing.T) {
 func TestCalibrateAndCache(t *testing.T) {
 	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
 	idle := func() func() float64 { return func() float64 { return 0 } }
-	busy := func() func() float64 { return func() float64 { return 0.5 } }
 	defer func() { watchLoad = otherLoad }()
 	watchLoad = idle
 	defer func(d time.Duration) { fmaRunTime = d }(fmaRunTime)
@@ -164,14 +163,14 @@ func TestCalibrateAndCache(t *testing.T) {
 	if got == nil || got.GFLOPS != p.GFLOPS || got.GBps != p.GBps || got.key() != p.key() || !got.Measured.Equal(p.Measured) {
 		t.Fatalf("cached peak %+v, want %+v", got, p)
 	}
-	// A file made on another machine (another key), by an older version
-	// whose gflops was the sgemm figure, or with other BLAS kernels, is
-	// ignored.
+	// A file made on another machine (another host or CPU), by an older
+	// version whose gflops was the sgemm figure, with other BLAS kernels
+	// (another OpenBLAS core) or another worker count, is ignored.
 	path, _ := peakPath(p.key())
-	anotherCPU, older, otherBLAS := *p, *p, *p
-	anotherCPU.CPU, older.Version = "another CPU", 1
+	anotherHost, anotherCPU, older, otherBLAS, otherProcs := *p, *p, *p, *p, *p
+	anotherHost.Host, anotherCPU.CPU, older.Version, otherProcs.Procs = "another-host", "another CPU", 2, p.Procs+1
 	otherBLAS.Describe = "cpu: 2 workers, matmul openblas-Haswell: OpenBLAS 0.3.21, Haswell kernels, OPENBLAS_CORETYPE=Haswell (set by the user)"
-	for _, other := range []Roofline{anotherCPU, older, otherBLAS} {
+	for _, other := range []Roofline{anotherHost, anotherCPU, older, otherBLAS, otherProcs} {
 		b, _ := json.Marshal(other)
 		os.WriteFile(path, b, 0o644)
 		peakMu.Lock()
@@ -184,25 +183,65 @@ func TestCalibrateAndCache(t *testing.T) {
 	if KnownPeak("no-such-device") != nil {
 		t.Error("a peak for an unknown device")
 	}
-	// A peak measured on a busy machine is kept in memory but not cached.
-	os.Remove(path)
-	watchLoad = busy
-	peakMu.Lock()
-	peakCache = map[string]*Roofline{}
-	p, err = calibrateLocked(forge.DefaultDevice(), 64, 1<<12, 1)
-	peakMu.Unlock()
-	if err == nil || !strings.Contains(err.Error(), "not cached") || p.Busy != 0.5 || !strings.Contains(p.String(), "not cached") {
-		t.Errorf("busy calibration: %v, %s", err, p)
-	}
-	if _, err := os.Stat(path); err == nil {
-		t.Error("a busy calibration was written to the cache")
-	}
-	if KnownPeak("cpu") != p {
-		t.Error("a busy calibration is not kept in memory")
-	}
+	// The same conditions on another host name miss the cache: Peak
+	// measures for that machine.
+	defer func(f func() string) { hostName = f }(hostName)
+	hostName = func() string { return "another-host" }
 	peakMu.Lock()
 	peakCache = map[string]*Roofline{}
 	peakMu.Unlock()
+	if KnownPeak("cpu") != nil {
+		t.Error("the cache of one host answered for another")
+	}
+}
+
+// TestBusyPeakCachedUntilRecalibrated: a peak measured while other
+// processes were busy is cached with its load (a busy machine would
+// otherwise pay seconds of calibration in every process), later processes
+// take it from the cache without measuring, and only Calibrate measures
+// again.
+func TestBusyPeakCachedUntilRecalibrated(t *testing.T) {
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	defer func() { watchLoad = otherLoad }()
+	defer func(f func() string) { hostName = f }(hostName)
+	defer func(d time.Duration) { fmaRunTime = d }(fmaRunTime)
+	defer func(n, c, r int) { calibN, calibCopy, calibRuns = n, c, r }(calibN, calibCopy, calibRuns)
+	hostName = func() string { return "busy-host" }
+	fmaRunTime = 2 * time.Millisecond
+	calibN, calibCopy, calibRuns = 64, 1<<12, 1
+	measured := 0
+	busyBy := 0.5
+	watchLoad = func() func() float64 { measured++; b := busyBy; return func() float64 { return b } }
+	reset := func() { // a new process: empty memory
+		peakMu.Lock()
+		peakCache = map[string]*Roofline{}
+		peakMu.Unlock()
+	}
+	reset()
+	defer reset()
+
+	p := Peak() // no cache: measures, busy
+	if measured != 1 || p.Busy != 0.5 || !strings.Contains(p.String(), "50 % of the CPUs: may be low") || !strings.Contains(p.String(), "Calibrate()") {
+		t.Fatalf("first Peak: %d calibrations, %s", measured, p)
+	}
+	path, _ := peakPath(p.key())
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the busy peak was not cached: %v", err)
+	}
+	reset()
+	q := Peak() // a later process: a cache hit, even though the peak was busy
+	if measured != 1 || q == nil || q.Busy != 0.5 || !q.Measured.Equal(p.Measured) || q.Host != "busy-host" {
+		t.Fatalf("second Peak: %d calibrations, %+v", measured, q)
+	}
+	busyBy = 0
+	r, err := Calibrate() // on request: measures again and replaces the cache
+	if err != nil || measured != 2 || r.Busy != 0 || strings.Contains(r.String(), "may be low") {
+		t.Fatalf("Calibrate: %v, %d calibrations, %s", err, measured, r)
+	}
+	reset()
+	if s := Peak(); measured != 2 || s.Busy != 0 {
+		t.Fatalf("after Calibrate: %d calibrations, busy %v; want the recalibrated peak from the cache", measured, s.Busy)
+	}
 }
 
 func TestKernelOnRoofline(t *testing.T) {

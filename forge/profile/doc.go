@@ -44,10 +44,12 @@
 // # Roofline
 //
 // Peak measures the device once and caches the result per machine
-// (device, CPU model, GOMAXPROCS, matmul path) as JSON under the user's
-// cache directory (forge/profile/, or $FORGE_CACHE_DIR/profile/); a peak
-// measured while other processes kept the CPUs busy is used but not
-// cached. Its compute roof is the hardware's: on the CPU, the float32
+// (host, device, CPU model, GOMAXPROCS, matmul path and BLAS core) as JSON
+// under the user's cache directory (forge/profile/, or
+// $FORGE_CACHE_DIR/profile/), with the load it was measured under: a peak
+// measured while other processes kept the CPUs busy is cached too and
+// says that it may be low. Only Calibrate (`forge bench peak
+// --recalibrate`) measures again. Its compute roof is the hardware's: on the CPU, the float32
 // throughput of a loop of independent FMA chains at the widest vectors the
 // CPU runs (AVX-512 ZMM, else AVX2 YMM, NEON on arm64), on every worker at
 // once, the best of seven 40 ms runs. Beside it stand the best of five

@@ -33,6 +33,7 @@ import (
 // "% of peak" and "% roof" are always of GFLOPS.
 type Roofline struct {
 	Version int    `json:"version"`        // peakVersion when measured
+	Host    string `json:"host"`           // the machine's host name
 	Device  string `json:"device"`         // backend name, e.g. "cpu"
 	CPU     string `json:"cpu"`            // CPU model
 	Procs   int    `json:"procs"`          // GOMAXPROCS when measured
@@ -68,7 +69,9 @@ type Roofline struct {
 	Measured  time.Time `json:"measured"`
 	// Busy is the share of the CPUs' time other processes used while
 	// measuring (-1: unknown, not Linux). A peak measured above
-	// busyLimit is kept for this process only, never cached.
+	// busyLimit is cached like any other (measuring again on a machine
+	// that stays busy would cost seconds in every process and measure no
+	// better), and Summary says it may be low: Calibrate measures again.
 	Busy float64 `json:"busy"`
 }
 
@@ -80,14 +83,15 @@ type FMARate struct {
 
 // peakVersion changes whenever a Roofline's fields change meaning; it is
 // part of the cache key, so older cache files are measured again. Version
-// 2: GFLOPS became the FMA-loop roof (it was the sgemm figure).
-const peakVersion = 2
+// 2: GFLOPS became the FMA-loop roof (it was the sgemm figure); 3: the
+// host name is part of the key.
+const peakVersion = 3
 
 // watchLoad is otherLoad; tests replace it.
 var watchLoad = otherLoad
 
 // busyLimit is the most CPU time other processes may take during a
-// calibration whose result is cached.
+// calibration before its Summary warns that it may be low.
 const busyLimit = 0.10
 
 // Ridge is the arithmetic intensity (FLOP/byte) where the roofline bends:
@@ -132,7 +136,8 @@ func (p *Roofline) Summary() string {
 	s := fmt.Sprintf("%s (%s, %d procs): %s, sgemm %d³ %.1f GFLOP/s = %.0f %% of peak (matmul %s), copy %.1f GB/s; ridge %.1f FLOP/B",
 		p.Device, p.CPU, p.Procs, roof, p.MatmulN, p.Sgemm, 100*p.SgemmShare(), cmp.Or(p.SgemmPath, p.Variant), p.GBps, p.Ridge())
 	if p.Busy > busyLimit {
-		s += fmt.Sprintf(" (measured while other processes used %.0f %% of the CPUs: low, not cached)", 100*p.Busy)
+		s += fmt.Sprintf(" (measured while other processes used %.0f %% of the CPUs: may be low; "+
+			"profile.Calibrate() or `forge bench peak --recalibrate` measures again)", 100*p.Busy)
 	}
 	return s
 }
@@ -146,23 +151,31 @@ func (p *Roofline) String() string {
 	return p.Summary() + "\n  device: " + p.Describe
 }
 
-// key identifies the machine a peak belongs to, and what the device ran
-// with: its Describe line names the BLAS, its kernels and which products
-// run forge's own, so a change in any of them measures again.
-func (p *Roofline) key() string { return peakKey(p.Version, p.Device, p.CPU, p.Procs, p.Describe) }
+// key identifies the machine a peak belongs to (host, CPU model, worker
+// count), and what the device ran with: its Describe line names the BLAS,
+// its kernels (the OpenBLAS core) and which products run forge's own, so
+// a change in any of them measures again. The load while measuring is
+// kept with the peak (Busy) but is not part of the key.
+func (p *Roofline) key() string {
+	return peakKey(p.Version, p.Host, p.Device, p.CPU, p.Procs, p.Describe)
+}
 
-func peakKey(version int, device, cpu string, procs int, describe string) string {
-	return fmt.Sprintf("v%d|%s|%s|%d|%s", version, device, cpu, procs, describe)
+func peakKey(version int, host, device, cpu string, procs int, describe string) string {
+	return fmt.Sprintf("v%d|%s|%s|%s|%d|%s", version, host, device, cpu, procs, describe)
 }
 
 // Calibration sizes: a 2048³ sgemm (17 GFLOP, ~0.1 s on two cores) and a
 // 64 MiB copy, five timed runs each after one warm-up; each vector FMA loop
 // seven runs of 40 ms (a run on a shared machine now and then loses a
 // worker to another tenant: the best run is the peak).
+// (Variables only so that tests can shrink them.)
+var (
+	calibN    = 2048
+	calibCopy = 64 << 20 / 4 // float32 elements
+	calibRuns = 5
+)
+
 const (
-	calibN     = 2048
-	calibCopy  = 64 << 20 / 4 // float32 elements
-	calibRuns  = 5
 	fmaRuns    = 7
 	peakSubdir = "profile"
 )
@@ -176,10 +189,13 @@ var (
 )
 
 // Peak returns the default device's peak: from this process's memory, the
-// cache file, or (the first time on a machine, ~1.5 s) by calibrating and
-// caching the result. It never fails; when the cache cannot be written, or
-// other processes were busy during the measurement (Roofline.Busy), the
-// next process measures again.
+// cache file, or (the first time on a machine, ~1.5 s idle, several
+// seconds busy) by calibrating and caching the result with the conditions
+// it was measured under. It measures only when no peak is cached for this
+// machine (host, CPU, workers, BLAS kernels): a peak measured while the
+// machine was busy is cached too and says so (Roofline.Busy), and only
+// Calibrate measures again. It never fails; when the cache cannot be
+// written, the next process measures again.
 func Peak() *Roofline {
 	d := forge.DefaultDevice()
 	if p := KnownPeak(d.Name()); p != nil {
@@ -195,8 +211,8 @@ func Peak() *Roofline {
 }
 
 // Calibrate measures the default device's peak now, replacing any cached
-// one. The error reports a cache that could not be written; the peak is
-// valid either way.
+// one (`forge bench peak --recalibrate` calls it). The error reports a
+// cache that could not be written; the peak is valid either way.
 func Calibrate() (*Roofline, error) {
 	peakMu.Lock()
 	defer peakMu.Unlock()
@@ -238,8 +254,12 @@ func lookupPeak(d *forge.Device) *Roofline {
 }
 
 func deviceKey(d *forge.Device) string {
-	return peakKey(peakVersion, d.Name(), cpuModel(), runtime.GOMAXPROCS(0), d.Describe())
+	return peakKey(peakVersion, hostName(), d.Name(), cpuModel(), runtime.GOMAXPROCS(0), d.Describe())
 }
+
+// hostName is the machine's host name ("" when the system does not say);
+// tests replace it.
+var hostName = func() string { h, _ := os.Hostname(); return h }
 
 // peakPath is the cache file for key: $FORGE_CACHE_DIR (or the user's
 // cache directory + "forge") / profile / peak-<hash of key>.json.
@@ -264,7 +284,7 @@ func peakPath(key string) (string, error) {
 func calibrateLocked(d *forge.Device, n, copyElems, runs int) (*Roofline, error) {
 	runs = max(runs, 1)
 	p := &Roofline{
-		Version: peakVersion, Device: d.Name(), CPU: cpuModel(), Procs: runtime.GOMAXPROCS(0),
+		Version: peakVersion, Host: hostName(), Device: d.Name(), CPU: cpuModel(), Procs: runtime.GOMAXPROCS(0),
 		Variant: d.Variant("matmul"), Describe: d.Describe(),
 		MatmulN: n, CopyBytes: int64(copyElems) * 4, Runs: runs, Measured: time.Now().UTC().Truncate(time.Second),
 	}
@@ -307,10 +327,6 @@ func calibrateLocked(d *forge.Device, n, copyElems, runs int) (*Roofline, error)
 	p.Busy = load()
 	key := p.key()
 	peakCache[key] = p
-	if p.Busy > busyLimit {
-		return p, fmt.Errorf("profile: other processes used %.0f %% of the CPUs while measuring the peak; "+
-			"it is kept for this process but not cached (measure again on an idle machine)", 100*p.Busy)
-	}
 	path, err := peakPath(key)
 	if err != nil {
 		return p, fmt.Errorf("profile: no cache directory for the peak (set FORGE_CACHE_DIR): %w", err)

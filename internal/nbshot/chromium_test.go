@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/forgeml/forge/notebook"
 )
 
 // needBrowser returns a headless Chromium, or ends the test: a failure when
@@ -158,3 +161,108 @@ func cells(n int) string {
 }
 
 var itoa = strconv.Itoa
+
+// TestNotebookChartsDrawThemselvesInChromium renders real
+// notebook.ChartHTML outputs, each displayed alone as
+// gonbui.DisplayHTML(notebook.ChartHTML(…)) would: the first carries the
+// compressed library, the others only a loader. Placed before the one
+// that carries the library, after it, and alone on a page, every chart
+// must draw — a reopened notebook renders its outputs in any order.
+func TestNotebookChartsDrawThemselvesInChromium(t *testing.T) {
+	b := needBrowser(t)
+	line := notebook.LineOption("loss", "step", "loss", false,
+		notebook.Series{Name: "loss", X: []float64{1, 2, 3, 4, 5}, Y: []float64{4, 3, 2.5, 2.2, 2}})
+	withLib := notebook.ChartHTML("nb-with-library", line, 240, "loss chart (needs JavaScript)")
+	before := notebook.ChartHTML("nb-before", line, 240, "loss chart (needs JavaScript)")
+	after := notebook.ChartHTML("nb-after", notebook.BarOption("kernel time", "ms", []string{"matmul", "softmax"}, []float64{3, 1}), 200, "bars")
+	if !strings.Contains(withLib, dataMarker) || strings.Contains(before, dataMarker) {
+		t.Fatal("want the library in the first chart only")
+	}
+	pages := map[string][]string{
+		"alone":     {withLib},
+		"any-order": {before, withLib, after},
+	}
+	for name, outs := range pages {
+		var cell []map[string]any
+		for _, h := range outs {
+			cell = append(cell, display("display_data", h))
+		}
+		ch, err := extract(nbJSON(t, cell))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ch.HasLibrary || ch.Library != "" {
+			t.Fatalf("%s: HasLibrary %v, a separate library output %v", name, ch.HasLibrary, ch.Library != "")
+		}
+		dir := t.TempDir()
+		page := filepath.Join(dir, name+".html")
+		if err := os.WriteFile(page, []byte(buildPage(name, "", ch.Outputs)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rep, img, err := b.render(page, filepath.Join(dir, name+".png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := measure(img, rep)
+		if len(ms) != len(outs) {
+			t.Fatalf("%s: %d charts measured, want %d", name, len(ms), len(outs))
+		}
+		for _, m := range ms {
+			t.Logf("%s/%s: %.4f%% drawn, echarts instance %v", name, m.Chart.ID, 100*m.Fraction, m.Chart.Drawn)
+			if !m.Chart.Drawn || m.Fraction < defaultMinFraction {
+				t.Errorf("%s/%s: not drawn (instance %v, %.4f%%)", name, m.Chart.ID, m.Chart.Drawn, 100*m.Fraction)
+			}
+		}
+	}
+}
+
+// TestTitleOverlapInChromium: the check measures where echarts laid out
+// a chart's title and legend. go-echarts' default legend (top centre,
+// here named like the title, as the heatmap's series was) sits on the
+// title and is reported; the notebook's heatmap and histogram options
+// are clear of it.
+func TestTitleOverlapInChromium(t *testing.T) {
+	b := needBrowser(t)
+	title := "W: Tensor [8 8] float32 on cpu, requires grad"
+	bad := `{"animation":false,"legend":{},"title":{"text":"` + title + `","left":"center","textStyle":{"fontSize":13}},` +
+		`"grid":[{"left":"50","top":"40","right":"90","bottom":"30"}],"xAxis":[{"type":"value"}],"yAxis":[{"type":"value"}],` +
+		`"series":[{"name":"` + title + `","type":"line","data":[[0,1],[1,2]]}]}`
+	vals := make([]float64, 64)
+	for i := range vals {
+		vals[i] = float64(i % 7)
+	}
+	outs := []map[string]any{
+		display("display_data", controlChart("overlapping", bad, 300, true)),
+		display("display_data", notebook.ChartHTML("heatmap", notebook.HeatmapOption(title, 8, 8, vals), 420, "")),
+		display("display_data", notebook.ChartHTML("histogram", notebook.HistogramOption(title, vals, 20), 320, "")),
+	}
+	ch, err := extract(nbJSON(t, outs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	page := filepath.Join(dir, "overlap.html")
+	if err := os.WriteFile(page, []byte(buildPage("overlap", assetLibrary(t), ch.Outputs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err := b.render(page, filepath.Join(dir, "overlap.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Charts) != 3 {
+		t.Fatalf("%d charts", len(rep.Charts))
+	}
+	for _, c := range rep.Charts {
+		t.Logf("%s: boxes %v, notes %v", c.ID, c.Boxes, notes(c))
+		if _, ok := c.Boxes["title"]; !ok || !c.Drawn {
+			t.Errorf("%s: drawn %v, no title box measured (%s)", c.ID, c.Drawn, c.Error)
+		}
+		overlap := false
+		for _, n := range notes(c) {
+			overlap = overlap || strings.Contains(n, "overlaps")
+		}
+		if want := c.ID == "overlapping"; overlap != want {
+			t.Errorf("%s: overlap reported %v, want %v", c.ID, overlap, want)
+		}
+	}
+}

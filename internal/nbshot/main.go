@@ -302,7 +302,7 @@ func (c *checker) notebook(path, name string, ch charts) int {
 		fmt.Printf("%s  no charts, nothing to draw\n", name)
 		return 0
 	}
-	if ch.Library == "" {
+	if !ch.HasLibrary {
 		// Rendered all the same: the screenshot and the blank charts show it.
 		fmt.Printf("nbshot: FAIL %s: %d charts but no echarts library output (%s): a reader's browser would draw none\n", name, n, libraryMarker)
 		c.failed = true
@@ -388,6 +388,13 @@ func notes(c chartReport) []string {
 	}
 	if c.Progressive {
 		ns = append(ns, "a series kept progressive rendering despite the page's preprocessor")
+	}
+	for _, other := range []string{"legend", "visualMap"} {
+		t, ok1 := c.Boxes["title"]
+		o, ok2 := c.Boxes[other]
+		if ok1 && ok2 && t.overlaps(o) {
+			ns = append(ns, fmt.Sprintf("the title %v overlaps the %s %v", t, other, o))
+		}
 	}
 	return ns
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"math"
 	"strings"
 )
 
@@ -11,8 +12,12 @@ import (
 const chartMarker = `class="forge-chart"`
 
 // libraryMarker marks the output that carries the echarts library
-// (notebook.libraryHTML).
-const libraryMarker = "forge-echarts-lib"
+// (notebook.libraryHTML); dataMarker the compressed library itself, which
+// the first chart of a kernel session carries inside its own output.
+const (
+	libraryMarker = "forge-echarts-lib"
+	dataMarker    = `class="forge-echarts-data"`
+)
 
 // pageWidth is the width in CSS pixels of a check page and of the browser
 // window that renders it.
@@ -28,6 +33,8 @@ type output struct {
 type charts struct {
 	Library string   // the first echarts library output, "" when none
 	Outputs []output // the outputs that hold charts, in notebook order
+	// HasLibrary: some output (Library or a chart) carries the library.
+	HasLibrary bool
 }
 
 // ipynb is the part of the nbformat 4 JSON that nbshot reads.
@@ -78,6 +85,9 @@ func extract(data []byte) (charts, error) {
 			h, err := multiline(raw)
 			if err != nil {
 				return c, fmt.Errorf("cell %d output %d: text/html: %v", ci, oi, err)
+			}
+			if strings.Contains(h, libraryMarker) || strings.Contains(h, dataMarker) {
+				c.HasLibrary = true
 			}
 			switch {
 			case strings.Contains(h, chartMarker):
@@ -160,6 +170,20 @@ function report() {
       try {
         var ss = ch.getOption().series || [];
         c.progressive = ss.some(function(x){ return x && x.progressive !== 0; });
+      } catch (e) { c.error = String(e); }
+      try {
+        // Where the title, legend and colour scale were laid out (page
+        // pixels relative to the chart), to find overlaps.
+        c.boxes = {};
+        ["title", "legend", "visualMap"].forEach(function(k){
+          var m = ch.getModel().getComponent(k);
+          if (!m || m.get("show") === false) { return; }
+          var v = ch.getViewOfComponentModel(m);
+          if (!v || !v.group) { return; }
+          var r = v.group.getBoundingRect().clone();
+          if (v.group.transform) { r.applyTransform(v.group.transform); }
+          if (r.width > 0 && r.height > 0) { c.boxes[k] = {x: r.x, y: r.y, w: r.width, h: r.height}; }
+        });
       } catch (e) { c.error = String(e); }
       try {
         var g = ch.getModel().getComponent("grid");
@@ -268,6 +292,14 @@ func buildPageHead(title, head, library string, outs []output) string {
 	return b.String()
 }
 
+// box is a rectangle in a chart's pixels.
+type box struct{ X, Y, W, H float64 }
+
+// overlaps reports whether a and b share more than a pixel's sliver.
+func (a box) overlaps(b box) bool {
+	return math.Min(a.X+a.W, b.X+b.W)-math.Max(a.X, b.X) > 1 && math.Min(a.Y+a.H, b.Y+b.H)-math.Max(a.Y, b.Y) > 1
+}
+
 // chartReport is the report script's entry for one chart div.
 type chartReport struct {
 	Index int     `json:"index"`
@@ -287,6 +319,9 @@ type chartReport struct {
 	Width       float64 `json:"width"`
 	Height      float64 `json:"height"`
 	Progressive bool    `json:"progressive"`
+	// Boxes are the laid-out rectangles of the title, legend and
+	// visualMap components that are shown, by component.
+	Boxes map[string]box `json:"boxes"`
 }
 
 // pageReport is what the report script writes.
