@@ -374,9 +374,9 @@ func badCases() []badCase {
 			fn: func(e badEnv) { e.f32(2, 3).Item() }},
 
 		// Bad arguments.
-		{name: "arg/zeros_negative", op: "full", want: []string{"[2 -1]"},
+		{name: "arg/zeros_negative", op: "zeros", want: []string{"[2 -1]"},
 			fn: func(e badEnv) { forge.Zeros(2, -1) }},
-		{name: "arg/zeros_of_negative", op: "full", want: []string{"[-3]"},
+		{name: "arg/zeros_of_negative", op: "zeros", want: []string{"[-3]"},
 			fn: func(e badEnv) { forge.ZerosOf(forge.Float64, -3) }},
 		{name: "arg/from_slice_negative", op: "from_slice", want: []string{"[-2 -3]"},
 			fn: func(e badEnv) { forge.FromSlice(make([]float32, 6), -2, -3) }},

@@ -17,7 +17,8 @@ const module = "github.com/forgeml/forge/"
 // training packages; the front ends import no backend package beyond
 // the registering one. forge/half (float16 and bfloat16 conversions) is a
 // leaf anyone may use, as is internal/rosetta (whether the process runs
-// translated, which the default device depends on).
+// translated, which the default device depends on) and internal/numfmt
+// (byte and count formatting, for forge's budget refusals).
 var (
 	// implementations are the backend packages and what only they use.
 	implementations = []string{"forge/cpu", "metal", "metal/*", "kernels", "forge/backends"}
@@ -27,7 +28,7 @@ var (
 		only   []string // if set: the only module packages they may import
 	}{
 		{pkgs: []string{"forge/backend"}, only: []string{"forge/half"}},
-		{pkgs: []string{"forge"}, only: []string{"forge/backend", "forge/half", "internal/rosetta"}},
+		{pkgs: []string{"forge"}, only: []string{"forge/backend", "forge/half", "internal/rosetta", "internal/numfmt"}},
 		{pkgs: []string{"forge/cpu", "metal", "metal/*", "kernels"}, forbid: []string{"forge", "forge/nn", "forge/gpt", "forge/optim", "forge/train"}},
 		{pkgs: []string{"forge/nn", "forge/gpt", "forge/optim", "forge/train"}, forbid: append([]string{"forge/backend"}, implementations...)},
 		// The profiler is a low layer, beside forge: the model and training
