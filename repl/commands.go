@@ -226,16 +226,16 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {
 		return err
 	}
-	r, tr := s.run, s.run.Trainer
-	c := r.Config
+	r, tr := s.run, s.run.Trainer()
+	c := r.Config()
 	m := c.Model.Resolved()
 	w := s.stdout
-	fmt.Fprintf(w, "run       %s (config %s)\n", r.Dir, c.Name)
+	fmt.Fprintf(w, "run       %s (config %s)\n", r.Dir(), c.Name)
 	fmt.Fprintf(w, "model     %s parameters: vocab %d, context %d, d_model %d, %d layers, %d heads (%d kv), %s, %s\n",
-		numfmt.Thousands(nn.Count(r.Model)), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
-	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer.Kind(), r.Tokenizer.VocabSize())
+		numfmt.Thousands(nn.Count(r.Model())), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
+	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer().Kind(), r.Tokenizer().VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
-		numfmt.Thousands(r.TrainData.Tokens()), numfmt.Thousands(r.ValData.Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
+		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
 	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s)\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s))
 	// What the kernels run with: for the CPU the BLAS library, its kernels
 	// and who chose them.
@@ -252,8 +252,8 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 }
 
 func lrSource(s *Session) string {
-	c := s.run.Config
-	fixed := c.LRSchedule().At(s.run.Trainer.StepCount()) != s.run.Trainer.LR()
+	c := s.run.Config()
+	fixed := c.LRSchedule().At(s.run.Trainer().StepCount()) != s.run.Trainer().LR()
 	if fixed {
 		return "fixed by :lr"
 	}
@@ -267,9 +267,9 @@ func cmdParams(s *Session, _ context.Context, args []string) error {
 	if len(args) > 1 {
 		return usagef("give at most one pattern")
 	}
-	var m nn.Module = s.run.Model
+	var m nn.Module = s.run.Model()
 	if len(args) == 1 {
-		ps := nn.Match(s.run.Model, args[0])
+		ps := nn.Match(s.run.Model(), args[0])
 		if len(ps) == 0 {
 			return fmt.Errorf("no parameter matches %q; :params lists them", args[0])
 		}
@@ -292,7 +292,7 @@ func cmdInspect(s *Session, ctx context.Context, args []string) error {
 	var t *forge.Tensor
 	name := src
 	if s.run != nil {
-		if p, ok := nn.Find(s.run.Model, src); ok {
+		if p, ok := nn.Find(s.run.Model(), src); ok {
 			t = p
 		}
 	}
@@ -330,13 +330,13 @@ func cmdEval(s *Session, ctx context.Context, args []string) error {
 	start := time.Now()
 	var loss float64
 	var err error
-	if perr := forge.Try(func() { loss, err = s.run.Trainer.Eval() }); perr != nil {
+	if perr := forge.Try(func() { loss, err = s.run.Trainer().Eval() }); perr != nil {
 		return perr
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(s.stdout, "step %d: validation loss %.4f, perplexity %.2f (%s)\n", s.run.Trainer.StepCount(), loss, math.Exp(loss), since(start))
+	fmt.Fprintf(s.stdout, "step %d: validation loss %.4f, perplexity %.2f (%s)\n", s.run.Trainer().StepCount(), loss, math.Exp(loss), since(start))
 	return nil
 }
 
@@ -355,7 +355,7 @@ func cmdLR(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {
 		return err
 	}
-	tr := s.run.Trainer
+	tr := s.run.Trainer()
 	switch {
 	case len(args) == 0:
 	case len(args) == 1 && (args[0] == "schedule" || args[0] == "auto"):
@@ -383,8 +383,8 @@ func cmdSave(s *Session, _ context.Context, args []string) error {
 	if err := s.run.Save(); err != nil {
 		return err
 	}
-	s.savedStep = s.run.Trainer.StepCount()
-	fmt.Fprintf(s.stdout, "saved step %d to %s\n", s.savedStep, s.run.Dir)
+	s.savedStep = s.run.Trainer().StepCount()
+	fmt.Fprintf(s.stdout, "saved step %d to %s\n", s.savedStep, s.run.Dir())
 	return nil
 }
 
@@ -413,7 +413,7 @@ func cmdHistory(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {
 		return err
 	}
-	h := s.run.Trainer.History.Steps
+	h := s.run.Trainer().History.Steps
 	if len(h) == 0 {
 		fmt.Fprintln(s.stdout, "no steps yet: :step or :run trains")
 		return nil

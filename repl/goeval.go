@@ -103,7 +103,7 @@ func (s *Session) interp() (*goEval, error) {
 func (g *goEval) bind(s *Session) error {
 	g.model, g.tr, g.run = nil, nil, s.run
 	if s.run != nil {
-		g.model, g.tr = s.run.Model, s.run.Trainer
+		g.model, g.tr = s.run.Model(), s.run.Trainer()
 	}
 	const code = "model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx"
 	_, err := g.i.Eval(code)
@@ -171,10 +171,47 @@ func (g *goEval) explain(ctx context.Context, err error, user string, alias map[
 		return e
 	}
 	msg := e.Error()
+	if strings.Contains(msg, "func(*train.Session)") || strings.Contains(msg, "unaddressable value") {
+		if sel := assignedMethod(user); sel != "" {
+			return fmt.Errorf("%s cannot be replaced: a run keeps its model, trainer, config and data together (%s() reads it); to train another model, start a run with :new", sel, sel)
+		}
+	}
 	if strings.HasPrefix(msg, "syntax error: ") && user != "" {
 		msg = syntaxError(user, msg)
 	}
 	return errors.New(scrub(msg, alias))
+}
+
+var sessionType = reflect.TypeOf((*train.Session)(nil))
+
+// assignedMethod is the first x.Name that src assigns to where Name is a
+// method of a run ("" if none): the interpreter words an assignment to
+// a method (run.Model = m) as a mismatch with the method's type.
+func assignedMethod(src string) string {
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc _() {\n"+src+"\n}", 0)
+	if err != nil {
+		return ""
+	}
+	var found string
+	ast.Inspect(f, func(n ast.Node) bool {
+		as, ok := n.(*ast.AssignStmt)
+		if !ok || found != "" {
+			return found == ""
+		}
+		for _, l := range as.Lhs {
+			if sel, ok := l.(*ast.SelectorExpr); ok {
+				if _, method := sessionType.MethodByName(sel.Sel.Name); !method {
+					continue
+				}
+				if x, ok := sel.X.(*ast.Ident); ok {
+					found = x.Name + "." + sel.Sel.Name
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return found
 }
 
 var (
