@@ -346,13 +346,18 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	code := src
 	if id, ok := call.Fun.(*ast.Ident); ok && voidBuiltins[id.Name] {
 		nout = 0
-	} else if sel, ok := call.Fun.(*ast.SelectorExpr); ok && isIdent(sel.X, "fmt") && strings.Contains(sel.Sel.Name, "rint") {
+	} else if sel, ok := call.Fun.(*ast.SelectorExpr); ok && isIdent(sel.X, "fmt") && (strings.HasPrefix(sel.Sel.Name, "Print") || strings.HasPrefix(sel.Sel.Name, "Fprint")) {
 		nout = 0 // fmt.Println's byte count is noise
 	} else if fv, err := g.evalAs(ctx, "__fn := "+fun, fun, nil); err == nil && fv.Kind() == reflect.Func {
 		ftype = fv.Type()
 		nout = ftype.NumOut()
 		code = "__fn" + args
 		alias = map[string]string{"__fn": fun}
+		if ftype.IsVariadic() {
+			if code, err = g.typedArgs(ctx, src, call, ftype, alias); err != nil {
+				return callError(err, fun, ftype)
+			}
+		}
 	} else if err != nil && ctx.Err() != nil {
 		return err
 	} else if err != nil && strings.Contains(err.Error(), "no field or method") {
@@ -404,6 +409,55 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	}
 	fmt.Fprintf(s.stdout, "(%s)\n", strings.Join(parts, ", "))
 	return nil
+}
+
+// typedArgs works around the interpreter's call of a variadic library
+// method (run.Train(ctx, 100)): it converts a constant argument in a fixed
+// position to the type of the parameter after it, not its own. Each fixed
+// argument whose parameter type can be named is bound first to a variable
+// of that type (__a1 for 100), in order, and the call is made with those
+// (__fn(ctx, __a1)); alias learns the temporaries' source.
+func (g *goEval) typedArgs(ctx context.Context, src string, call *ast.CallExpr, ftype reflect.Type, alias map[string]string) (string, error) {
+	fixed := ftype.NumIn() - 1
+	args := make([]string, len(call.Args))
+	for i, a := range call.Args {
+		args[i] = src[a.Pos()-1 : a.End()-1]
+		if i >= fixed {
+			continue
+		}
+		tname, ok := interpTypeName(ftype.In(i))
+		if !ok {
+			continue
+		}
+		tmp := fmt.Sprintf("__a%d", i)
+		if _, err := g.evalAs(ctx, fmt.Sprintf("var %s %s = (%s)", tmp, tname, args[i]), args[i], alias); err != nil {
+			return "", err
+		}
+		alias[tmp] = args[i]
+		args[i] = tmp
+	}
+	code := "__fn(" + strings.Join(args, ", ")
+	if call.Ellipsis.IsValid() {
+		code += "..."
+	}
+	return code + ")", nil
+}
+
+// interpTypeName is how the interpreter names t: a predeclared type, or a named
+// type of a package it imports.
+func interpTypeName(t reflect.Type) (string, bool) {
+	if t.Name() == "" {
+		return "", false
+	}
+	if t.PkgPath() == "" {
+		return t.Name(), true
+	}
+	for name, path := range packages {
+		if path == t.PkgPath() {
+			return name + "." + t.Name(), true
+		}
+	}
+	return "", false
 }
 
 // evalValue evaluates the expression code (the user's src), prints its

@@ -39,3 +39,26 @@ func TestRunFieldsReadOnly(t *testing.T) {
 		t.Errorf("the trainer trains another model than the run's, or did not step:\n%s", got)
 	}
 }
+
+// Constant arguments of variadic library methods reach the right
+// parameters (the interpreter alone converts run.Train(ctx, 2)'s 2 to a
+// train.Callback), and fmt's Sprint functions print their value.
+func TestVariadicCalls(t *testing.T) {
+	got, _, s := runTranscript(t, ":new $DIR/micro.json $DIR/run\n"+
+		"run.Train(ctx, 2)\n"+
+		"run.TrainWith(ctx, 4-3, train.RunOptions{NoEval: true}, func(m train.Metrics) error { return nil })\n"+
+		"run.Train(ctx, \"x\")\n"+
+		"fmt.Sprint(1, 2)\n")
+	for _, want := range []string{
+		"forge> run.Train(ctx, 2)\n2\n",
+		"error: cannot convert \"x\" to int: run.Train takes (context.Context, int, ...train.Callback)",
+		"forge> fmt.Sprint(1, 2)\n\"1 2\"\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("transcript lacks %q:\n%s", want, got)
+		}
+	}
+	if n := s.run.Trainer().StepCount(); n != 3 {
+		t.Errorf("the run is at step %d after Train(2) and TrainWith(1), want 3:\n%s", n, got)
+	}
+}
