@@ -34,7 +34,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"open", "<dir>", "open (resume) the run in dir, or create it with the tiny config", "", cmdOpen, completeDirs},
+		{"open", "<dir>", "open (resume) the run in dir; :new starts one", "", cmdOpen, completeDirs},
 		{"new", "<config> [dir] [--data file…]", "create a run from a config (tiny, small, … or a .json file) in dir (default runs/<config>)",
 			"The data is the built-in corpus unless --data names text files or a `forge prepare` directory.", cmdNew, completeConfigs},
 		{"info", "", "the run: directory, config, model size, step, learning rate, latest losses", "", cmdInfo, nil},
@@ -48,7 +48,8 @@ func init() {
 			"The condition sees step, loss, val_loss (the latest; NaN before the first), lr and grad_norm:\n  :run until loss < 4.5\n  :run until step >= 300 || val_loss < 4\nTraining computes a validation loss every eval_every steps and at the end. Ctrl-C stops at a step boundary; the run is saved either way.", cmdRun, nil},
 		{"eval", "", "the validation loss and perplexity", "", cmdEval, nil},
 		{"lr", "[value | schedule]", "show the learning rate, fix it to value, or return to the config's schedule", "", cmdLR, func(*Session, []string) []string { return []string{"schedule"} }},
-		{"sample", "[-n 200] [-t 0.8] [-k 40] [-p 0.95] [--seed 1] <prompt…>", "continue the prompt with the model, streaming the tokens", "", cmdSample, nil},
+		{"sample", "[-n 200] [-t 0.8] [-k 40] [-p 0.95] [--seed 1] [prompt…]", "continue the prompt with the model, streaming the tokens",
+			"Without a prompt the text starts as after a line break (the tokenizers have no beginning-of-text token).\n\\n in the prompt is a line break, \\t a tab.", cmdSample, nil},
 		{"plot", "<metric…> [--last n] [--browser]", "chart metrics over the steps: loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms, loss_scale",
 			"--browser writes a self-contained HTML page (an SVG chart per metric) to the run's plots/ directory and opens it.", cmdPlot, completeMetrics},
 		{"profile", "step | <go-expr>", "time every kernel of one training step (a real step of the run) or of a Go expression", "", cmdProfile,
@@ -185,7 +186,40 @@ func cmdOpen(s *Session, _ context.Context, args []string) error {
 	if len(args) != 1 {
 		return usagef("name the run directory")
 	}
+	if !train.Exists(args[0]) {
+		return noRun(args[0])
+	}
 	return s.Open(args[0], "", nil)
+}
+
+// noRun says that dir holds no run, naming the run beside it whose name
+// is nearest (a typo) or the runs there, and how to start one.
+func noRun(dir string) error {
+	parent, base := filepath.Split(filepath.Clean(dir))
+	if parent == "" {
+		parent = "."
+	}
+	entries, _ := os.ReadDir(parent)
+	var runs []string
+	for _, e := range entries {
+		if e.IsDir() && train.Exists(filepath.Join(parent, e.Name())) {
+			runs = append(runs, e.Name())
+		}
+	}
+	what := "no run"
+	if _, err := os.Stat(dir); err == nil {
+		what = "no run (no " + train.ConfigFile + ")"
+	}
+	msg := fmt.Sprintf("%s holds %s", dir, what)
+	if near := nearest(base, runs); near != "" {
+		msg += fmt.Sprintf("; did you mean %s?", filepath.Join(parent, near))
+	} else if len(runs) > 0 {
+		if len(runs) > 5 {
+			runs = append(runs[:5], "…")
+		}
+		msg += fmt.Sprintf("; runs in %s: %s", filepath.Clean(parent), strings.Join(runs, ", "))
+	}
+	return fmt.Errorf("%s (:new <config> %s starts a run there)", msg, dir)
 }
 
 func cmdNew(s *Session, _ context.Context, args []string) error {

@@ -1,6 +1,8 @@
 package repl
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -60,5 +62,66 @@ func TestVariadicCalls(t *testing.T) {
 	}
 	if n := s.run.Trainer().StepCount(); n != 3 {
 		t.Errorf("the run is at step %d after Train(2) and TrainWith(1), want 3:\n%s", n, got)
+	}
+}
+
+// :open opens existing runs only: a typo names the nearest run beside it,
+// and a folder that holds no run is left as it was.
+func TestOpenExistingOnly(t *testing.T) {
+	got, dir, s := runTranscript(t, ":new $DIR/micro.json $DIR/runs/mini\n"+
+		":new $DIR/micro.json $DIR/runs/other\n"+
+		":open $DIR/runs/mnii\n"+
+		":open $DIR\n"+
+		":open $DIR/runs/far-away-name\n"+
+		":open $DIR/runs/mini\n")
+	for _, want := range []string{
+		"forge> :open $DIR/runs/mnii\nerror: $DIR/runs/mnii holds no run; did you mean $DIR/runs/mini? (:new <config> $DIR/runs/mnii starts a run there)\n",
+		"forge> :open $DIR\nerror: $DIR holds no run (no config.json) (:new <config> $DIR starts a run there)\n",
+		"error: $DIR/runs/far-away-name holds no run; runs in $DIR/runs: mini, other (",
+		"forge> :open $DIR/runs/mini\nresumed $DIR/runs/mini",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("transcript lacks %q:\n%s", want, got)
+		}
+	}
+	for _, d := range []string{"runs/mnii", "runs/far-away-name", "config.json", "data"} {
+		if _, err := os.Stat(filepath.Join(dir, d)); err == nil {
+			t.Errorf(":open created %s", d)
+		}
+	}
+	if s.run == nil || !strings.HasSuffix(s.run.Dir(), "runs/mini") {
+		t.Errorf("the open run is not runs/mini:\n%s", got)
+	}
+}
+
+// The prompt of :sample is optional, as :help shows: without one the text
+// continues a line break, token for token as the prompt \n does.
+func TestSampleWithoutPrompt(t *testing.T) {
+	s, out, _ := newTestSession(t)
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	dir := t.TempDir()
+	f := &feeder{s: s}
+	run := func(in string) string {
+		t.Helper()
+		out.Reset()
+		f.line(t.Context(), in)
+		if strings.Contains(out.String(), "error:") {
+			t.Fatalf("%s: %s", in, out)
+		}
+		return out.String()
+	}
+	run(":new testdata/micro.json " + filepath.Join(dir, "run"))
+	help := run(":help sample")
+	if !strings.Contains(help, "[prompt…]") || !strings.Contains(help, "Without a prompt") {
+		t.Errorf(":help sample does not show the prompt as optional:\n%s", help)
+	}
+	bare := run(":sample -n 12 --seed 5")
+	newline := run(`:sample -n 12 --seed 5 \n`)
+	if !strings.Contains(bare, "(12 tokens in ") {
+		t.Errorf(":sample without a prompt did not stream 12 tokens:\n%s", bare)
+	}
+	text := func(s string) string { return s[:strings.LastIndex(s, "(12 tokens")] }
+	if "\n"+text(bare) != text(newline) {
+		t.Errorf(":sample without a prompt gave\n%q\nand with the prompt \\n\n%q", text(bare), text(newline))
 	}
 }

@@ -214,7 +214,7 @@ func cmdSample(s *Session, ctx context.Context, args []string) error {
 	prompt = strings.NewReplacer(`\n`, "\n", `\t`, "\t").Replace(prompt)
 	text := prompt
 	if text == "" {
-		text = "\n"
+		text = "\n" // no beginning-of-text token: start as after a line break
 	}
 	tok := s.run.Tokenizer()
 	ids := tok.Encode(text)
