@@ -93,10 +93,10 @@ func cmdTrain(e *env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	cfg := s.Config
+	cfg := s.Config()
 	n := *steps
 	if n == 0 {
-		n = cfg.Steps - s.Trainer.StepCount()
+		n = cfg.Steps - s.Trainer().StepCount()
 		if n <= 0 {
 			fmt.Fprintf(e.stdout, "%s has done its %d steps; pass --steps to train further\n", dir, cfg.Steps)
 			return nil
@@ -104,10 +104,10 @@ func cmdTrain(e *env, args []string) error {
 	}
 	verb := "training"
 	if s.Resumed() {
-		verb = fmt.Sprintf("resuming at step %d,", s.Trainer.StepCount())
+		verb = fmt.Sprintf("resuming at step %d,", s.Trainer().StepCount())
 	}
 	fmt.Fprintf(e.stderr, "%s %s (%s parameters) for %d steps in %s; Ctrl-C stops and saves\n",
-		verb, cfg.Name, numfmt.Thousands(nn.Count(s.Model)), n, dir)
+		verb, cfg.Name, numfmt.Thousands(nn.Count(s.Model())), n, dir)
 	ctx, stop := e.interruptContext()
 	defer stop()
 	p := newProgress(e.stderr, n, *quiet)
@@ -122,7 +122,7 @@ func cmdTrain(e *env, args []string) error {
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "%s: %s\n", cfg.Name, sum)
-	if h := s.Trainer.History.Steps; len(h) > 1 {
+	if h := s.Trainer().History.Steps; len(h) > 1 {
 		losses := make([]float64, len(h))
 		for i, m := range h {
 			losses[i] = m.Loss

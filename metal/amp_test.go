@@ -162,11 +162,11 @@ func TestAMPLossScale(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			scales = append(scales, s.Trainer.LossScale())
+			scales = append(scales, s.Trainer().LossScale())
 			if _, err := s.Train(context.Background(), n); err != nil {
 				t.Fatal(err)
 			}
-			scales = append(scales, s.Trainer.LossScale())
+			scales = append(scales, s.Trainer().LossScale())
 			s.Close()
 		}
 		for i := 1; i+1 < len(scales); i += 2 {
@@ -179,7 +179,7 @@ func TestAMPLossScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		return s.Trainer.History.Steps
+		return s.Trainer().History.Steps
 	}
 	whole := run(t.TempDir(), steps)
 	parts := run(t.TempDir(), 7, steps-7)

@@ -136,7 +136,7 @@ func runLosses(t *testing.T, dir string) []float64 {
 	}
 	defer s.Close()
 	var out []float64
-	for _, m := range s.Trainer.History.Steps {
+	for _, m := range s.Trainer().History.Steps {
 		out = append(out, m.Loss)
 	}
 	return out

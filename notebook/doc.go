@@ -52,8 +52,8 @@
 //	s, err := notebook.Open("runs/tiny")
 //	if err != nil { panic(err) }
 //	defer s.Close()
-//	notebook.Show(s.Model)
-//	s.Trainer.SetLR(3e-4)
+//	notebook.Show(s.Model())
+//	s.Trainer().SetLR(3e-4)
 //	notebook.Train(s, 200)
 //
 // Interrupting a cell (GoNB sends SIGINT, then kills the process 5 s

@@ -406,7 +406,7 @@ func TestTrainInterruptAndReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := s.Trainer.StepCount()
+	step := s.Trainer().StepCount()
 	if step == 0 || step >= 500 {
 		t.Fatalf("stopped at step %d", step)
 	}
@@ -422,8 +422,8 @@ func TestTrainInterruptAndReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if s2.Trainer.StepCount() != step || len(s2.Trainer.History.Steps) != step || !s2.Resumed() {
-		t.Fatalf("reopened at step %d with %d history, want %d", s2.Trainer.StepCount(), len(s2.Trainer.History.Steps), step)
+	if s2.Trainer().StepCount() != step || len(s2.Trainer().History.Steps) != step || !s2.Resumed() {
+		t.Fatalf("reopened at step %d with %d history, want %d", s2.Trainer().StepCount(), len(s2.Trainer().History.Steps), step)
 	}
 	t.Logf("interrupted at step %d, reopened in %v", step, time.Since(t0))
 	if _, err := Open(filepath.Join(dir, "x"), train.Config{}, train.Config{}); err == nil {

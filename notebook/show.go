@@ -78,7 +78,7 @@ func renderAny(x any) (h, text string) {
 	case nn.Module:
 		return moduleHTML(fmt.Sprintf("%T", v), nn.Summarize(v)), moduleText(nn.Summarize(v))
 	case *train.Session:
-		return historyHTML("Run "+v.Dir, v.Trainer.History, nil), historyText(v.Trainer.History)
+		return historyHTML("Run "+v.Dir(), v.Trainer().History, nil), historyText(v.Trainer().History)
 	case *train.Trainer:
 		return historyHTML("Training", v.History, nil), historyText(v.History)
 	case train.History:

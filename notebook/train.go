@@ -47,7 +47,7 @@ type dashboard struct {
 }
 
 func trainCtx(ctx context.Context, s *train.Session, n int) (int, error) {
-	d := &dashboard{s: s, id: newID("dashboard"), n: n, start: s.Trainer.StepCount(), started: now()}
+	d := &dashboard{s: s, id: newID("dashboard"), n: n, start: s.Trainer().StepCount(), started: now()}
 	d.chartIDs = historyChartIDs()
 	if isNotebook() {
 		ensureLibrary()
@@ -82,7 +82,7 @@ func (d *dashboard) update(state string, err error) {
 }
 
 func (d *dashboard) progress() (done int, eta time.Duration) {
-	done = d.s.Trainer.StepCount() - d.start
+	done = d.s.Trainer().StepCount() - d.start
 	elapsed := d.last.Sub(d.started)
 	if done > 0 && done < d.n {
 		eta = time.Duration(float64(elapsed) / float64(done) * float64(d.n-done))
@@ -92,8 +92,8 @@ func (d *dashboard) progress() (done int, eta time.Duration) {
 
 func (d *dashboard) line(state string, err error) string {
 	done, eta := d.progress()
-	h := d.s.Trainer.History
-	s := fmt.Sprintf("[%s] %d/%d steps (step %d)", state, done, d.n, d.s.Trainer.StepCount())
+	h := d.s.Trainer().History
+	s := fmt.Sprintf("[%s] %d/%d steps (step %d)", state, done, d.n, d.s.Trainer().StepCount())
 	if len(h.Steps) > 0 {
 		m := h.Last()
 		s += fmt.Sprintf(" loss %s", num(m.Loss))
@@ -123,7 +123,7 @@ func (d *dashboard) html(state string, err error) string {
 	}
 	elapsed := d.last.Sub(d.started).Round(100 * time.Millisecond)
 	var b strings.Builder
-	fmt.Fprintf(&b, "<div class=\"forge-dashboard\" data-state=\"%s\" data-step=\"%d\">", state, d.s.Trainer.StepCount())
+	fmt.Fprintf(&b, "<div class=\"forge-dashboard\" data-state=\"%s\" data-step=\"%d\">", state, d.s.Trainer().StepCount())
 	fmt.Fprintf(&b, "<div style=\"display:flex;align-items:center;gap:10px;max-width:960px\"><div style=\"flex:1;background:#eee;border-radius:4px;height:14px\"><div class=\"forge-progress\" style=\"width:%.1f%%;background:%s;height:14px;border-radius:4px\"></div></div>", 100*frac, color)
 	fmt.Fprintf(&b, "<span><b>%s</b> %d/%d steps · %s elapsed", html.EscapeString(state), done, d.n, elapsed)
 	if state == "training" && eta > 0 {
@@ -133,11 +133,11 @@ func (d *dashboard) html(state string, err error) string {
 	if err != nil {
 		b.WriteString(errorHTML(err.Error()))
 	}
-	h := d.s.Trainer.History
+	h := d.s.Trainer().History
 	if len(h.Steps) > 0 {
 		b.WriteString(metricsTable(h.Last(), lastVal(h)))
 		b.WriteString(historyCharts(h, d.chartIDs))
 	}
 	b.WriteString("</div>")
-	return box("Training "+d.s.Dir, b.String())
+	return box("Training "+d.s.Dir(), b.String())
 }

@@ -34,7 +34,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"open", "<dir>", "open (resume) the run in dir, or create it with the tiny config", "", cmdOpen, completeDirs},
+		{"open", "<dir>", "open (resume) the run in dir; :new starts one", "", cmdOpen, completeDirs},
 		{"new", "<config> [dir] [--data file…]", "create a run from a config (tiny, small, … or a .json file) in dir (default runs/<config>)",
 			"The data is the built-in corpus unless --data names text files or a `forge prepare` directory.", cmdNew, completeConfigs},
 		{"info", "", "the run: directory, config, model size, step, learning rate, latest losses", "", cmdInfo, nil},
@@ -48,7 +48,8 @@ func init() {
 			"The condition sees step, loss, val_loss (the latest; NaN before the first), lr and grad_norm:\n  :run until loss < 4.5\n  :run until step >= 300 || val_loss < 4\nTraining computes a validation loss every eval_every steps and at the end. Ctrl-C stops at a step boundary; the run is saved either way.", cmdRun, nil},
 		{"eval", "", "the validation loss and perplexity", "", cmdEval, nil},
 		{"lr", "[value | schedule]", "show the learning rate, fix it to value, or return to the config's schedule", "", cmdLR, func(*Session, []string) []string { return []string{"schedule"} }},
-		{"sample", "[-n 200] [-t 0.8] [-k 40] [-p 0.95] [--seed 1] <prompt…>", "continue the prompt with the model, streaming the tokens", "", cmdSample, nil},
+		{"sample", "[-n 200] [-t 0.8] [-k 40] [-p 0.95] [--seed 1] [prompt…]", "continue the prompt with the model, streaming the tokens",
+			"Without a prompt the text starts as after a line break (the tokenizers have no beginning-of-text token).\n\\n in the prompt is a line break, \\t a tab.", cmdSample, nil},
 		{"plot", "<metric…> [--last n] [--browser]", "chart metrics over the steps: loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms, loss_scale",
 			"--browser writes a self-contained HTML page (an SVG chart per metric) to the run's plots/ directory and opens it.", cmdPlot, completeMetrics},
 		{"profile", "step | <go-expr>", "time every kernel of one training step (a real step of the run) or of a Go expression", "", cmdProfile,
@@ -185,7 +186,40 @@ func cmdOpen(s *Session, _ context.Context, args []string) error {
 	if len(args) != 1 {
 		return usagef("name the run directory")
 	}
+	if !train.Exists(args[0]) {
+		return noRun(args[0])
+	}
 	return s.Open(args[0], "", nil)
+}
+
+// noRun says that dir holds no run, naming the run beside it whose name
+// is nearest (a typo) or the runs there, and how to start one.
+func noRun(dir string) error {
+	parent, base := filepath.Split(filepath.Clean(dir))
+	if parent == "" {
+		parent = "."
+	}
+	entries, _ := os.ReadDir(parent)
+	var runs []string
+	for _, e := range entries {
+		if e.IsDir() && train.Exists(filepath.Join(parent, e.Name())) {
+			runs = append(runs, e.Name())
+		}
+	}
+	what := "no run"
+	if _, err := os.Stat(dir); err == nil {
+		what = "no run (no " + train.ConfigFile + ")"
+	}
+	msg := fmt.Sprintf("%s holds %s", dir, what)
+	if near := nearest(base, runs); near != "" {
+		msg += fmt.Sprintf("; did you mean %s?", filepath.Join(parent, near))
+	} else if len(runs) > 0 {
+		if len(runs) > 5 {
+			runs = append(runs[:5], "…")
+		}
+		msg += fmt.Sprintf("; runs in %s: %s", filepath.Clean(parent), strings.Join(runs, ", "))
+	}
+	return fmt.Errorf("%s (:new <config> %s starts a run there)", msg, dir)
 }
 
 func cmdNew(s *Session, _ context.Context, args []string) error {
@@ -226,16 +260,16 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {
 		return err
 	}
-	r, tr := s.run, s.run.Trainer
-	c := r.Config
+	r, tr := s.run, s.run.Trainer()
+	c := r.Config()
 	m := c.Model.Resolved()
 	w := s.stdout
-	fmt.Fprintf(w, "run       %s (config %s)\n", r.Dir, c.Name)
+	fmt.Fprintf(w, "run       %s (config %s)\n", r.Dir(), c.Name)
 	fmt.Fprintf(w, "model     %s parameters: vocab %d, context %d, d_model %d, %d layers, %d heads (%d kv), %s, %s\n",
-		numfmt.Thousands(nn.Count(r.Model)), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
-	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer.Kind(), r.Tokenizer.VocabSize())
+		numfmt.Thousands(nn.Count(r.Model())), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
+	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer().Kind(), r.Tokenizer().VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
-		numfmt.Thousands(r.TrainData.Tokens()), numfmt.Thousands(r.ValData.Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
+		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
 	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s)\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s))
 	// What the kernels run with: for the CPU the BLAS library, its kernels
 	// and who chose them.
@@ -252,8 +286,8 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 }
 
 func lrSource(s *Session) string {
-	c := s.run.Config
-	fixed := c.LRSchedule().At(s.run.Trainer.StepCount()) != s.run.Trainer.LR()
+	c := s.run.Config()
+	fixed := c.LRSchedule().At(s.run.Trainer().StepCount()) != s.run.Trainer().LR()
 	if fixed {
 		return "fixed by :lr"
 	}
@@ -267,9 +301,9 @@ func cmdParams(s *Session, _ context.Context, args []string) error {
 	if len(args) > 1 {
 		return usagef("give at most one pattern")
 	}
-	var m nn.Module = s.run.Model
+	var m nn.Module = s.run.Model()
 	if len(args) == 1 {
-		ps := nn.Match(s.run.Model, args[0])
+		ps := nn.Match(s.run.Model(), args[0])
 		if len(ps) == 0 {
 			return fmt.Errorf("no parameter matches %q; :params lists them", args[0])
 		}
@@ -292,7 +326,7 @@ func cmdInspect(s *Session, ctx context.Context, args []string) error {
 	var t *forge.Tensor
 	name := src
 	if s.run != nil {
-		if p, ok := nn.Find(s.run.Model, src); ok {
+		if p, ok := nn.Find(s.run.Model(), src); ok {
 			t = p
 		}
 	}
@@ -330,13 +364,13 @@ func cmdEval(s *Session, ctx context.Context, args []string) error {
 	start := time.Now()
 	var loss float64
 	var err error
-	if perr := forge.Try(func() { loss, err = s.run.Trainer.Eval() }); perr != nil {
+	if perr := forge.Try(func() { loss, err = s.run.Trainer().Eval() }); perr != nil {
 		return perr
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(s.stdout, "step %d: validation loss %.4f, perplexity %.2f (%s)\n", s.run.Trainer.StepCount(), loss, math.Exp(loss), since(start))
+	fmt.Fprintf(s.stdout, "step %d: validation loss %.4f, perplexity %.2f (%s)\n", s.run.Trainer().StepCount(), loss, math.Exp(loss), since(start))
 	return nil
 }
 
@@ -355,7 +389,7 @@ func cmdLR(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {
 		return err
 	}
-	tr := s.run.Trainer
+	tr := s.run.Trainer()
 	switch {
 	case len(args) == 0:
 	case len(args) == 1 && (args[0] == "schedule" || args[0] == "auto"):
@@ -383,8 +417,8 @@ func cmdSave(s *Session, _ context.Context, args []string) error {
 	if err := s.run.Save(); err != nil {
 		return err
 	}
-	s.savedStep = s.run.Trainer.StepCount()
-	fmt.Fprintf(s.stdout, "saved step %d to %s\n", s.savedStep, s.run.Dir)
+	s.savedStep = s.run.Trainer().StepCount()
+	fmt.Fprintf(s.stdout, "saved step %d to %s\n", s.savedStep, s.run.Dir())
 	return nil
 }
 
@@ -413,7 +447,7 @@ func cmdHistory(s *Session, _ context.Context, args []string) error {
 	if err := s.needRun(); err != nil {
 		return err
 	}
-	h := s.run.Trainer.History.Steps
+	h := s.run.Trainer().History.Steps
 	if len(h) == 0 {
 		fmt.Fprintln(s.stdout, "no steps yet: :step or :run trains")
 		return nil

@@ -181,7 +181,7 @@ func completeParams(s *Session, _ []string) []string {
 		return nil
 	}
 	var out []string
-	for _, p := range s.run.Model.Params() {
+	for _, p := range s.run.Model().Params() {
 		out = append(out, p.Name)
 	}
 	return out

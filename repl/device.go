@@ -46,7 +46,7 @@ func cmdDevice(s *Session, _ context.Context, args []string) error {
 	if _, err := forge.UseDevice(name, ":device "+name); err != nil {
 		return err // nothing changed: the run is still open on old
 	}
-	dir := s.run.Dir
+	dir := s.run.Dir()
 	if err := s.Open(dir, "", nil); err != nil {
 		forge.SetDefaultDevice(old)
 		if rerr := s.Open(dir, "", nil); rerr != nil {

@@ -52,13 +52,13 @@ func TestDeviceMoveKeepsTraining(t *testing.T) {
 				t.Fatalf("%s: %v\n%s", line, err, out)
 			}
 		}
-		for _, p := range s.Run().Model.Params() {
+		for _, p := range s.Run().Model().Params() {
 			if d := p.Tensor.Device(); d != forge.DefaultDevice() {
 				t.Errorf("%s is on %s after the move, not %s", p.Name, d, forge.DefaultDevice())
 			}
 		}
 		var l []float64
-		for _, m := range s.Run().Trainer.History.Steps {
+		for _, m := range s.Run().Trainer().History.Steps {
 			l = append(l, m.Loss)
 		}
 		s.Close()

@@ -49,7 +49,7 @@ func (s *Session) inspect(name string, t *forge.Tensor) {
 	if g := t.Grad(); g != nil {
 		gs := g.Stats()
 		fmt.Fprintf(w, "  grad    %s, norm %.4g\n", statsLine(gs), norm(g))
-		if s.run != nil && s.run.Trainer.Config.Precision == "float16" && t.Grad() != nil {
+		if s.run != nil && s.run.Trainer().Config.Precision == "float16" && t.Grad() != nil {
 			fmt.Fprintln(w, "          (float16 run: a step's gradients include its loss scale, see :plot loss_scale)")
 		}
 	} else if st.RequiresGrad {
@@ -138,7 +138,7 @@ func cmdPlot(s *Session, _ context.Context, args []string) error {
 			return usagef("--last wants a number of steps >= 2, got %q", v)
 		}
 	}
-	h := &s.run.Trainer.History
+	h := &s.run.Trainer().History
 	type series struct {
 		name   string
 		steps  []int
@@ -161,12 +161,12 @@ func cmdPlot(s *Session, _ context.Context, args []string) error {
 		all = append(all, series{name, steps, values})
 	}
 	if opts["browser"] != "" {
-		page := htmlPage(s.run.Dir, func(add func(name string, steps []int, values []float64)) {
+		page := htmlPage(s.run.Dir(), func(add func(name string, steps []int, values []float64)) {
 			for _, sr := range all {
 				add(sr.name, sr.steps, sr.values)
 			}
 		})
-		dir := filepath.Join(s.run.Dir, "plots")
+		dir := filepath.Join(s.run.Dir(), "plots")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}

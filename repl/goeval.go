@@ -103,7 +103,7 @@ func (s *Session) interp() (*goEval, error) {
 func (g *goEval) bind(s *Session) error {
 	g.model, g.tr, g.run = nil, nil, s.run
 	if s.run != nil {
-		g.model, g.tr = s.run.Model, s.run.Trainer
+		g.model, g.tr = s.run.Model(), s.run.Trainer()
 	}
 	const code = "model, tr, run, ctx := bind.Model, bind.Tr, bind.Run, bind.Ctx"
 	_, err := g.i.Eval(code)
@@ -171,10 +171,47 @@ func (g *goEval) explain(ctx context.Context, err error, user string, alias map[
 		return e
 	}
 	msg := e.Error()
+	if strings.Contains(msg, "func(*train.Session)") || strings.Contains(msg, "unaddressable value") {
+		if sel := assignedMethod(user); sel != "" {
+			return fmt.Errorf("%s cannot be replaced: a run keeps its model, trainer, config and data together (%s() reads it); to train another model, start a run with :new", sel, sel)
+		}
+	}
 	if strings.HasPrefix(msg, "syntax error: ") && user != "" {
 		msg = syntaxError(user, msg)
 	}
 	return errors.New(scrub(msg, alias))
+}
+
+var sessionType = reflect.TypeOf((*train.Session)(nil))
+
+// assignedMethod is the first x.Name that src assigns to where Name is a
+// method of a run ("" if none): the interpreter words an assignment to
+// a method (run.Model = m) as a mismatch with the method's type.
+func assignedMethod(src string) string {
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc _() {\n"+src+"\n}", 0)
+	if err != nil {
+		return ""
+	}
+	var found string
+	ast.Inspect(f, func(n ast.Node) bool {
+		as, ok := n.(*ast.AssignStmt)
+		if !ok || found != "" {
+			return found == ""
+		}
+		for _, l := range as.Lhs {
+			if sel, ok := l.(*ast.SelectorExpr); ok {
+				if _, method := sessionType.MethodByName(sel.Sel.Name); !method {
+					continue
+				}
+				if x, ok := sel.X.(*ast.Ident); ok {
+					found = x.Name + "." + sel.Sel.Name
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return found
 }
 
 var (
@@ -309,13 +346,18 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	code := src
 	if id, ok := call.Fun.(*ast.Ident); ok && voidBuiltins[id.Name] {
 		nout = 0
-	} else if sel, ok := call.Fun.(*ast.SelectorExpr); ok && isIdent(sel.X, "fmt") && strings.Contains(sel.Sel.Name, "rint") {
+	} else if sel, ok := call.Fun.(*ast.SelectorExpr); ok && isIdent(sel.X, "fmt") && (strings.HasPrefix(sel.Sel.Name, "Print") || strings.HasPrefix(sel.Sel.Name, "Fprint")) {
 		nout = 0 // fmt.Println's byte count is noise
 	} else if fv, err := g.evalAs(ctx, "__fn := "+fun, fun, nil); err == nil && fv.Kind() == reflect.Func {
 		ftype = fv.Type()
 		nout = ftype.NumOut()
 		code = "__fn" + args
 		alias = map[string]string{"__fn": fun}
+		if ftype.IsVariadic() {
+			if code, err = g.typedArgs(ctx, src, call, ftype, alias); err != nil {
+				return callError(err, fun, ftype)
+			}
+		}
 	} else if err != nil && ctx.Err() != nil {
 		return err
 	} else if err != nil && strings.Contains(err.Error(), "no field or method") {
@@ -367,6 +409,55 @@ func (s *Session) evalGo(ctx context.Context, src string) error {
 	}
 	fmt.Fprintf(s.stdout, "(%s)\n", strings.Join(parts, ", "))
 	return nil
+}
+
+// typedArgs works around the interpreter's call of a variadic library
+// method (run.Train(ctx, 100)): it converts a constant argument in a fixed
+// position to the type of the parameter after it, not its own. Each fixed
+// argument whose parameter type can be named is bound first to a variable
+// of that type (__a1 for 100), in order, and the call is made with those
+// (__fn(ctx, __a1)); alias learns the temporaries' source.
+func (g *goEval) typedArgs(ctx context.Context, src string, call *ast.CallExpr, ftype reflect.Type, alias map[string]string) (string, error) {
+	fixed := ftype.NumIn() - 1
+	args := make([]string, len(call.Args))
+	for i, a := range call.Args {
+		args[i] = src[a.Pos()-1 : a.End()-1]
+		if i >= fixed {
+			continue
+		}
+		tname, ok := interpTypeName(ftype.In(i))
+		if !ok {
+			continue
+		}
+		tmp := fmt.Sprintf("__a%d", i)
+		if _, err := g.evalAs(ctx, fmt.Sprintf("var %s %s = (%s)", tmp, tname, args[i]), args[i], alias); err != nil {
+			return "", err
+		}
+		alias[tmp] = args[i]
+		args[i] = tmp
+	}
+	code := "__fn(" + strings.Join(args, ", ")
+	if call.Ellipsis.IsValid() {
+		code += "..."
+	}
+	return code + ")", nil
+}
+
+// interpTypeName is how the interpreter names t: a predeclared type, or a named
+// type of a package it imports.
+func interpTypeName(t reflect.Type) (string, bool) {
+	if t.Name() == "" {
+		return "", false
+	}
+	if t.PkgPath() == "" {
+		return t.Name(), true
+	}
+	for name, path := range packages {
+		if path == t.PkgPath() {
+			return name + "." + t.Name(), true
+		}
+	}
+	return "", false
 }
 
 // evalValue evaluates the expression code (the user's src), prints its

@@ -44,7 +44,7 @@ func cmdProfile(s *Session, ctx context.Context, args []string) error {
 			return err
 		}
 		p := rec.Stop()
-		s.savedStep = s.run.Trainer.StepCount()
+		s.savedStep = s.run.Trainer().StepCount()
 		if m.Step == 0 {
 			fmt.Fprintln(s.stdout, "interrupted before the step")
 			return nil
@@ -107,7 +107,7 @@ func cmdBench(s *Session, ctx context.Context, args []string) error {
 		if len(pos) == 2 {
 			config = pos[1]
 		} else if s.run != nil {
-			config = filepath.Join(s.run.Dir, train.ConfigFile)
+			config = filepath.Join(s.run.Dir(), train.ConfigFile)
 		}
 		var res *train.BenchStepResult
 		var err error

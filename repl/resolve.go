@@ -663,7 +663,7 @@ func (s *Session) paramArgError(g *goEval, src string) error {
 		return nil
 	}
 	var names []string
-	for _, p := range s.run.Model.Params() {
+	for _, p := range s.run.Model().Params() {
 		names = append(names, p.Name)
 	}
 	if near := nearestParams(src, names); notGo && len(near) > 0 {

@@ -186,7 +186,7 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 	if opts.Log == nil {
 		opts.Log = s.stderr
 	}
-	if s.run != nil && sameDir(s.run.Dir, dir) {
+	if s.run != nil && sameDir(s.run.Dir(), dir) {
 		s.Close() // the run holds its directory's lock: reopening it needs it back
 	}
 	r, err := train.Open(dir, opts)
@@ -195,7 +195,7 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 	}
 	s.Close()
 	s.run = r
-	s.savedStep = r.Trainer.StepCount()
+	s.savedStep = r.Trainer().StepCount()
 	if s.goi != nil {
 		if err := s.goi.bind(s); err != nil {
 			return err
@@ -205,9 +205,9 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 	if r.Resumed() {
 		verb = "resumed"
 	}
-	fmt.Fprintf(s.stdout, "%s %s: %s, %s parameters, step %d of %d", verb, dir, r.Config.Name,
-		numfmt.Thousands(nn.Count(r.Model)), r.Trainer.StepCount(), r.Config.Steps)
-	if h := r.Trainer.History.Steps; len(h) > 0 {
+	fmt.Fprintf(s.stdout, "%s %s: %s, %s parameters, step %d of %d", verb, dir, r.Config().Name,
+		numfmt.Thousands(nn.Count(r.Model())), r.Trainer().StepCount(), r.Config().Steps)
+	if h := r.Trainer().History.Steps; len(h) > 0 {
 		fmt.Fprintf(s.stdout, ", loss %.4f", h[len(h)-1].Loss)
 	}
 	fmt.Fprintln(s.stdout)
@@ -220,14 +220,14 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 // saveIfNeeded saves the run when steps were taken since the last save
 // (from Go, say).
 func (s *Session) saveIfNeeded() error {
-	if s.run == nil || s.run.Trainer.StepCount() == s.savedStep {
+	if s.run == nil || s.run.Trainer().StepCount() == s.savedStep {
 		return nil
 	}
 	if err := s.run.Save(); err != nil {
 		return err
 	}
-	s.savedStep = s.run.Trainer.StepCount()
-	fmt.Fprintf(s.stdout, "saved step %d to %s\n", s.savedStep, s.run.Dir)
+	s.savedStep = s.run.Trainer().StepCount()
+	fmt.Fprintf(s.stdout, "saved step %d to %s\n", s.savedStep, s.run.Dir())
 	return nil
 }
 

@@ -77,7 +77,7 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 		return fmt.Errorf("the condition: %v", err)
 	}
 	val := math.NaN()
-	if v := s.run.Trainer.History.LastVal(); v != nil {
+	if v := s.run.Trainer().History.LastVal(); v != nil {
 		val = *v.ValLoss
 	}
 	met := false
@@ -96,7 +96,7 @@ func cmdRun(s *Session, ctx context.Context, args []string) error {
 		return err
 	}
 	if met {
-		fmt.Fprintf(s.stdout, "until %s: met at step %d\n", strings.Join(cond, " "), s.run.Trainer.StepCount())
+		fmt.Fprintf(s.stdout, "until %s: met at step %d\n", strings.Join(cond, " "), s.run.Trainer().StepCount())
 	} else if ctx.Err() == nil {
 		fmt.Fprintf(s.stdout, "until %s: not met in %d steps (--max)\n", strings.Join(cond, " "), limit)
 	}
@@ -122,7 +122,7 @@ func (s *Session) train(ctx context.Context, n int, opts train.RunOptions, stop 
 	if err != nil {
 		return err
 	}
-	s.savedStep = r.Trainer.StepCount()
+	s.savedStep = r.Trainer().StepCount()
 	sum := r.LastRun()
 	if sum.Steps() == 0 {
 		fmt.Fprintln(s.stdout, "interrupted before the first step; the run is unchanged")
@@ -214,16 +214,16 @@ func cmdSample(s *Session, ctx context.Context, args []string) error {
 	prompt = strings.NewReplacer(`\n`, "\n", `\t`, "\t").Replace(prompt)
 	text := prompt
 	if text == "" {
-		text = "\n"
+		text = "\n" // no beginning-of-text token: start as after a line break
 	}
-	tok := s.run.Tokenizer
+	tok := s.run.Tokenizer()
 	ids := tok.Encode(text)
 	fmt.Fprint(s.stdout, prompt)
 	count := 0
 	start := time.Now()
 	var out []int
 	gerr := forge.Try(func() {
-		out, err = s.run.Model.Generate(ids, gpt.GenerateOptions{
+		out, err = s.run.Model().Generate(ids, gpt.GenerateOptions{
 			MaxTokens: n, Sampling: gpt.Sampling{Temperature: temp, TopK: topK, TopP: topP}, Seed: seed,
 			OnToken: func(id int) bool {
 				count++

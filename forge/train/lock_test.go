@@ -54,8 +54,8 @@ func TestOpenLocks(t *testing.T) {
 		t.Fatalf("reopening after Close: %v", err)
 	}
 	defer b.Close()
-	if b.Trainer.StepCount() != 2 {
-		t.Errorf("reopened at step %d, want 2", b.Trainer.StepCount())
+	if b.trainer.StepCount() != 2 {
+		t.Errorf("reopened at step %d, want 2", b.trainer.StepCount())
 	}
 }
 
@@ -203,8 +203,8 @@ func TestSaveAgainKeepsLatest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if r.Trainer.StepCount() != 4 || r.FellBack() != "" {
-		t.Errorf("reopened at step %d (fell back: %q)", r.Trainer.StepCount(), r.FellBack())
+	if r.trainer.StepCount() != 4 || r.FellBack() != "" {
+		t.Errorf("reopened at step %d (fell back: %q)", r.trainer.StepCount(), r.FellBack())
 	}
 }
 

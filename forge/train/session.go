@@ -52,14 +52,20 @@ const (
 // any moment leaves a run that opens at its last good checkpoint. Resuming
 // is exact: N steps, Save, Open, M steps gives the losses of N+M steps in
 // one go, bit for bit.
+//
+// The directory, config, tokenizer, model, trainer and loaders are read
+// through methods and cannot be replaced: the trainer holds the model's
+// parameters and optimizer moments, and a checkpoint pairs them with the
+// loaders' positions, so swapping one alone would train, save and report
+// different things. To train another model, open another run.
 type Session struct {
-	Dir       string
-	Config    Config
-	Tokenizer tokenizer.Tokenizer
-	Model     *gpt.Model
-	Trainer   *Trainer
-	TrainData *data.Loader
-	ValData   *data.Loader
+	dir       string
+	config    Config
+	tokenizer tokenizer.Tokenizer
+	model     *gpt.Model
+	trainer   *Trainer
+	trainData *data.Loader // the training tokens and their position
+	valData   *data.Loader // the validation tokens
 
 	log      io.Writer
 	metrics  *os.File // append-only metrics.jsonl
@@ -174,7 +180,7 @@ func Open(dir string, opts OpenOptions) (*Session, error) {
 	if err := opts.loadConfig(dir); err != nil {
 		return nil, err
 	}
-	s := &Session{Dir: dir, log: opts.Log}
+	s := &Session{dir: dir, log: opts.Log}
 	if s.log == nil {
 		s.log = io.Discard
 	}
@@ -224,6 +230,28 @@ func Open(dir string, opts OpenOptions) (*Session, error) {
 	return s, nil
 }
 
+// Dir is the run directory.
+func (s *Session) Dir() string { return s.dir }
+
+// Config is the run's config.
+func (s *Session) Config() Config { return s.config }
+
+// Tokenizer is the run's tokenizer.
+func (s *Session) Tokenizer() tokenizer.Tokenizer { return s.tokenizer }
+
+// Model is the model the session trains. Its weights may be read and
+// used (forward, sample); the session saves them with the trainer's state.
+func (s *Session) Model() *gpt.Model { return s.model }
+
+// Trainer is the session's trainer: the optimizer over Model's parameters.
+func (s *Session) Trainer() *Trainer { return s.trainer }
+
+// TrainData is the loader of the training tokens.
+func (s *Session) TrainData() *data.Loader { return s.trainData }
+
+// ValData is the loader of the validation tokens.
+func (s *Session) ValData() *data.Loader { return s.valData }
+
 // Resumed reports whether Open continued an existing run.
 func (s *Session) Resumed() bool { return s.resumed }
 
@@ -243,15 +271,15 @@ func (s *Session) create(opts OpenOptions) error {
 	if texts == nil {
 		texts, source = []string{data.Austen()}, data.DefaultCorpus
 	}
-	if err := os.MkdirAll(filepath.Join(s.Dir, CheckpointDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(s.dir, CheckpointDir), 0o755); err != nil {
 		return fmt.Errorf("train: creating the run directory: %v", err)
 	}
 	var tok tokenizer.Tokenizer
 	var err error
 	if opts.Prepared != "" {
-		tok, err = usePrepared(opts.Prepared, filepath.Join(s.Dir, DataDir), &cfg)
+		tok, err = usePrepared(opts.Prepared, filepath.Join(s.dir, DataDir), &cfg)
 	} else {
-		tok, err = prepare(texts, source, cfg, filepath.Join(s.Dir, DataDir), s.log, !opts.NoCache)
+		tok, err = prepare(texts, source, cfg, filepath.Join(s.dir, DataDir), s.log, !opts.NoCache)
 	}
 	if err != nil {
 		return err
@@ -259,49 +287,49 @@ func (s *Session) create(opts OpenOptions) error {
 	if cfg.Tokenizer == "char" {
 		cfg.Model.Vocab = tok.VocabSize()
 	}
-	if err := tok.Save(filepath.Join(s.Dir, TokenizerFile)); err != nil {
+	if err := tok.Save(filepath.Join(s.dir, TokenizerFile)); err != nil {
 		return err
 	}
-	s.Config, s.Tokenizer = cfg, tok
+	s.config, s.tokenizer = cfg, tok
 	// A creation that died before writing the config may have left metrics.
-	if err := os.Remove(filepath.Join(s.Dir, MetricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(filepath.Join(s.dir, MetricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("train: %v", err)
 	}
 	if err := s.build(); err != nil {
 		return err
 	}
-	if s.tokenSums, err = tokenFileSums(s.Dir); err != nil {
+	if s.tokenSums, err = tokenFileSums(s.dir); err != nil {
 		return err
 	}
 	// The config goes last: its presence marks a run directory as created.
 	if err := s.Save(); err != nil {
 		return err
 	}
-	return writeJSON(filepath.Join(s.Dir, ConfigFile), cfg)
+	return writeJSON(filepath.Join(s.dir, ConfigFile), cfg)
 }
 
 func (s *Session) build() error {
-	cfg := s.Config
+	cfg := s.config
 	m, err := gpt.New(cfg.Model, cfg.Seed)
 	if err != nil {
 		return err
 	}
-	s.TrainData, err = data.OpenLoader(filepath.Join(s.Dir, DataDir, data.TrainFile), cfg.Batch, cfg.Model.Context, cfg.Seed+1)
+	s.trainData, err = data.OpenLoader(filepath.Join(s.dir, DataDir, data.TrainFile), cfg.Batch, cfg.Model.Context, cfg.Seed+1)
 	if err != nil {
 		return err
 	}
-	s.ValData, err = data.OpenLoader(filepath.Join(s.Dir, DataDir, data.ValFile), cfg.Batch, cfg.Model.Context, cfg.Seed+2)
+	s.valData, err = data.OpenLoader(filepath.Join(s.dir, DataDir, data.ValFile), cfg.Batch, cfg.Model.Context, cfg.Seed+2)
 	if err != nil {
 		return err
 	}
 	val := func() (xs, ys [][]int32) {
-		for x, y := range s.ValData.Eval(cfg.EvalBatches) {
+		for x, y := range s.valData.Eval(cfg.EvalBatches) {
 			xs, ys = append(xs, x), append(ys, y)
 		}
 		return xs, ys
 	}
-	s.Model = m
-	s.Trainer, err = NewTrainer(cfg, m, s.TrainData, val)
+	s.model = m
+	s.trainer, err = NewTrainer(cfg, m, s.trainData, val)
 	if err != nil {
 		return err
 	}
@@ -310,13 +338,13 @@ func (s *Session) build() error {
 
 func (s *Session) resume(opts OpenOptions) error {
 	s.resumed = true
-	b, err := os.ReadFile(filepath.Join(s.Dir, ConfigFile))
+	b, err := os.ReadFile(filepath.Join(s.dir, ConfigFile))
 	if err != nil {
 		return fmt.Errorf("train: %v", err)
 	}
 	cfg, err := ParseConfig(b)
 	if err != nil {
-		return fmt.Errorf("train: %s: %w", filepath.Join(s.Dir, ConfigFile), err)
+		return fmt.Errorf("train: %s: %w", filepath.Join(s.dir, ConfigFile), err)
 	}
 	if opts.Config != nil {
 		o := *opts.Config
@@ -324,7 +352,7 @@ func (s *Session) resume(opts OpenOptions) error {
 			o.Model.Vocab = cfg.Model.Vocab
 		}
 		if o.Model != cfg.Model || o.Batch != cfg.Batch || o.Seed != cfg.Seed || o.Tokenizer != cfg.Tokenizer {
-			return fmt.Errorf("train: %s holds a run of another model or batch shape (%s); open it without a config to resume it, or choose a new directory", s.Dir, cfg.Name)
+			return fmt.Errorf("train: %s holds a run of another model or batch shape (%s); open it without a config to resume it, or choose a new directory", s.dir, cfg.Name)
 		}
 		if err := o.Validate(); err != nil {
 			return err
@@ -334,13 +362,13 @@ func (s *Session) resume(opts OpenOptions) error {
 	if err := cfg.CheckMemory(); err != nil {
 		return err
 	}
-	s.Config = cfg
-	s.Tokenizer, err = tokenizer.Load(filepath.Join(s.Dir, TokenizerFile))
+	s.config = cfg
+	s.tokenizer, err = tokenizer.Load(filepath.Join(s.dir, TokenizerFile))
 	if err != nil {
 		return err
 	}
-	if s.Tokenizer.VocabSize() > cfg.Model.Vocab {
-		return fmt.Errorf("train: %s: the tokenizer has %d tokens but the model only %d", s.Dir, s.Tokenizer.VocabSize(), cfg.Model.Vocab)
+	if s.tokenizer.VocabSize() > cfg.Model.Vocab {
+		return fmt.Errorf("train: %s: the tokenizer has %d tokens but the model only %d", s.dir, s.tokenizer.VocabSize(), cfg.Model.Vocab)
 	}
 	if err := s.build(); err != nil {
 		return err
@@ -350,12 +378,12 @@ func (s *Session) resume(opts OpenOptions) error {
 
 // Save writes a checkpoint of the current step and makes it the latest.
 func (s *Session) Save() error {
-	step := s.Trainer.StepCount()
-	if bad := NonFiniteParams(s.Model); len(bad) > 0 {
+	step := s.trainer.StepCount()
+	if bad := NonFiniteParams(s.model); len(bad) > 0 {
 		return fmt.Errorf("train: not saving step %d: %d parameters hold NaN or infinity (first: %s); the last checkpoint is kept as it was", step, len(bad), bad[0])
 	}
 	name := fmt.Sprintf("step-%06d", step)
-	root := filepath.Join(s.Dir, CheckpointDir)
+	root := filepath.Join(s.dir, CheckpointDir)
 	tmp, err := atomicfile.MkdirTemp(root, ".tmp-"+name+"-")
 	if err != nil {
 		return fmt.Errorf("train: saving: %v", err)
@@ -363,15 +391,15 @@ func (s *Session) Save() error {
 	defer os.RemoveAll(tmp) // after a successful rename there is nothing left
 	st := State{
 		Format: stateFormat, Version: stateVersion, Step: step,
-		History: len(s.Trainer.History.Steps), Tokens: s.Trainer.tokens,
-		Loader: s.TrainData.State(), Dropout: s.Model.DropoutGenerator().State(),
-		LROverride: s.Trainer.lrSet, Files: map[string]string{},
+		History: len(s.trainer.History.Steps), Tokens: s.trainer.tokens,
+		Loader: s.trainData.State(), Dropout: s.model.DropoutGenerator().State(),
+		LROverride: s.trainer.lrSet, Files: map[string]string{},
 		TokenFiles: s.tokenSums,
 	}
-	if sc := s.Trainer.scaler; sc != nil {
+	if sc := s.trainer.scaler; sc != nil {
 		st.LossScale, st.LossScaleGood = sc.scale, sc.good
 	}
-	if err := saveCheckpoint(tmp, s.Model, s.Trainer.Opt, &st); err != nil {
+	if err := saveCheckpoint(tmp, s.model, s.trainer.Opt, &st); err != nil {
 		return err
 	}
 	if err := writeJSON(filepath.Join(tmp, stateFile), st); err != nil {
@@ -393,10 +421,10 @@ func (s *Session) Save() error {
 		return fmt.Errorf("train: saving: %v", err)
 	}
 	atomicfile.SyncDir(root)
-	if err := writeFileAtomic(filepath.Join(s.Dir, LatestFile), []byte(name+"\n")); err != nil {
+	if err := writeFileAtomic(filepath.Join(s.dir, LatestFile), []byte(name+"\n")); err != nil {
 		return err
 	}
-	s.saved, s.savedRec = step, len(s.Trainer.History.Steps)
+	s.saved, s.savedRec = step, len(s.trainer.History.Steps)
 	s.prune(name)
 	return nil
 }
@@ -419,7 +447,7 @@ func tokenFileSums(dir string) (map[string]FileSum, error) {
 // files are digested now, and the next save records them).
 func (s *Session) checkTokenFiles(want map[string]FileSum) error {
 	if s.tokenSums == nil {
-		sums, err := tokenFileSums(s.Dir)
+		sums, err := tokenFileSums(s.dir)
 		if err != nil {
 			return err
 		}
@@ -432,7 +460,7 @@ func (s *Session) checkTokenFiles(want map[string]FileSum) error {
 		}
 		if got := s.tokenSums[f]; got != w {
 			return tokenFileErrorf("train: %s is not the token file this run was trained on (%d bytes, sha256 %.12s… recorded; %d bytes, %.12s… now): restore it, or start a new run on the new data",
-				filepath.Join(s.Dir, DataDir, f), w.Size, w.SHA256, got.Size, got.SHA256)
+				filepath.Join(s.dir, DataDir, f), w.Size, w.SHA256, got.Size, got.SHA256)
 		}
 	}
 	return nil
@@ -453,7 +481,7 @@ func tokenFileErrorf(format string, a ...any) error { return tokenFileError{fmt.
 func (s *Session) removeOrphans() {
 	var n int
 	var bytes int64
-	for _, p := range orphans(s.Dir) {
+	for _, p := range orphans(s.dir) {
 		size := treeSize(p)
 		if err := os.RemoveAll(p); err != nil {
 			fmt.Fprintf(s.log, "warning: could not remove %s, left by an interrupted write: %v\n", p, err)
@@ -462,7 +490,7 @@ func (s *Session) removeOrphans() {
 		n, bytes = n+1, bytes+size
 	}
 	if n > 0 {
-		fmt.Fprintf(s.log, "removed %d leftover(s) of interrupted writes in %s (%s)\n", n, s.Dir, humanBytes(int(bytes)))
+		fmt.Fprintf(s.log, "removed %d leftover(s) of interrupted writes in %s (%s)\n", n, s.dir, humanBytes(int(bytes)))
 	}
 }
 
@@ -501,7 +529,7 @@ func treeSize(p string) int64 {
 
 // prune removes all but the newest checkpoints (always keeping latest).
 func (s *Session) prune(latest string) {
-	names := checkpointNames(filepath.Join(s.Dir, CheckpointDir))
+	names := checkpointNames(filepath.Join(s.dir, CheckpointDir))
 	kept := 0
 	for i := len(names) - 1; i >= 0; i-- {
 		if names[i] == latest || kept < keepCheckpoints-1 && names[i] < latest {
@@ -514,8 +542,8 @@ func (s *Session) prune(latest string) {
 		// must not leave a half-deleted step-N that looks like a damaged
 		// checkpoint. What a kill leaves under the new name is an
 		// orphan, removed at the next open.
-		dir := filepath.Join(s.Dir, CheckpointDir, names[i])
-		doomed := filepath.Join(s.Dir, CheckpointDir, ".tmp-pruned-"+names[i])
+		dir := filepath.Join(s.dir, CheckpointDir, names[i])
+		doomed := filepath.Join(s.dir, CheckpointDir, ".tmp-pruned-"+names[i])
 		if err := os.Rename(dir, doomed); err != nil {
 			continue
 		}
@@ -555,8 +583,8 @@ func candidates(dir string) []string {
 // loadLatest restores the checkpoint `latest` names, or, if it is missing
 // or damaged, the newest one that loads.
 func (s *Session) loadLatest() error {
-	root := filepath.Join(s.Dir, CheckpointDir)
-	tries := candidates(s.Dir)
+	root := filepath.Join(s.dir, CheckpointDir)
+	tries := candidates(s.dir)
 	var errs []string
 	for i, name := range tries {
 		err := s.loadCheckpoint(filepath.Join(root, name))
@@ -575,7 +603,7 @@ func (s *Session) loadLatest() error {
 		errs = append(errs, err.Error())
 	}
 	if len(tries) == 0 {
-		return fmt.Errorf("train: %s has no checkpoint; the run was never saved (delete the directory to start again)", s.Dir)
+		return fmt.Errorf("train: %s has no checkpoint; the run was never saved (delete the directory to start again)", s.dir)
 	}
 	return fmt.Errorf("train: no checkpoint in %s loads: %s", root, strings.Join(errs, "; "))
 }
@@ -585,22 +613,22 @@ func (s *Session) loadCheckpoint(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := loadCheckpoint(dir, s.Model, s.Trainer.Opt, &st); err != nil {
+	if err := loadCheckpoint(dir, s.model, s.trainer.Opt, &st); err != nil {
 		return err
 	}
 	if err := s.checkTokenFiles(st.TokenFiles); err != nil {
 		return err
 	}
-	if err := s.TrainData.SetState(st.Loader); err != nil {
+	if err := s.trainData.SetState(st.Loader); err != nil {
 		return err
 	}
-	s.Model.DropoutGenerator().SetState(st.Dropout)
-	s.Trainer.tokens = st.Tokens
-	s.Trainer.lrSet = st.LROverride
-	if sc := s.Trainer.scaler; sc != nil && st.LossScale > 0 {
+	s.model.DropoutGenerator().SetState(st.Dropout)
+	s.trainer.tokens = st.Tokens
+	s.trainer.lrSet = st.LROverride
+	if sc := s.trainer.scaler; sc != nil && st.LossScale > 0 {
 		sc.scale, sc.good = st.LossScale, st.LossScaleGood
 	}
-	hist, err := readMetrics(filepath.Join(s.Dir, MetricsFile), st.History)
+	hist, err := readMetrics(filepath.Join(s.dir, MetricsFile), st.History)
 	var damaged damagedLogError
 	setAside := errors.As(err, &damaged)
 	if setAside {
@@ -610,16 +638,16 @@ func (s *Session) loadCheckpoint(dir string) error {
 	if err != nil {
 		return err
 	}
-	s.Trainer.History.Steps = hist
+	s.trainer.History.Steps = hist
 	s.saved, s.savedRec = st.Step, len(hist)
 	// Drop lines written after the checkpoint: the resumed run redoes them.
 	// Only then is anything written, so reopening a run that stopped at a
 	// checkpoint needs no space.
-	if !setAside && !metricsBeyond(filepath.Join(s.Dir, MetricsFile), len(hist)) {
+	if !setAside && !metricsBeyond(filepath.Join(s.dir, MetricsFile), len(hist)) {
 		return s.openMetrics()
 	}
 	if err := s.rewriteMetrics(); err != nil {
-		return resumeWriteError{fmt.Errorf("train: resuming %s at step %d: the checkpoint is intact, but dropping the metrics recorded after it failed: %v; free some space (or fix the directory's permissions) and open it again", s.Dir, st.Step, err)}
+		return resumeWriteError{fmt.Errorf("train: resuming %s at step %d: the checkpoint is intact, but dropping the metrics recorded after it failed: %v; free some space (or fix the directory's permissions) and open it again", s.dir, st.Step, err)}
 	}
 	return nil
 }
@@ -657,13 +685,13 @@ func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error
 // TrainWith is Train with options (RunOptions).
 func (s *Session) TrainWith(ctx context.Context, n int, opts RunOptions, cbs ...Callback) (int, error) {
 	all := append([]Callback{s.record}, cbs...)
-	from, start := s.Trainer.StepCount(), time.Now()
-	done, err := s.Trainer.RunWith(ctx, n, opts, all...)
+	from, start := s.trainer.StepCount(), time.Now()
+	done, err := s.trainer.RunWith(ctx, n, opts, all...)
 	s.summarize(from, done, start, ctx.Err() != nil)
 	// A diverged run keeps its last checkpoint: the steps since led there.
 	// Unless nothing happened since the last save: a step skipped for a
 	// non-finite gradient (float16's loss scaling) changes the state too.
-	changed := s.Trainer.StepCount() != s.saved || len(s.Trainer.History.Steps) != s.savedRec
+	changed := s.trainer.StepCount() != s.saved || len(s.trainer.History.Steps) != s.savedRec
 	if changed && !errors.Is(err, ErrDiverged) {
 		if serr := s.Save(); err == nil {
 			err = serr
@@ -676,7 +704,7 @@ func (s *Session) record(m Metrics) error {
 	if err := s.appendMetrics(m); err != nil {
 		return err
 	}
-	if every := s.Config.SaveEvery; every > 0 && m.Step%every == 0 && m.Step != s.saved {
+	if every := s.config.SaveEvery; every > 0 && m.Step%every == 0 && m.Step != s.saved {
 		return s.Save()
 	}
 	return nil
@@ -690,19 +718,19 @@ func (s *Session) Close() error {
 		errs = append(errs, s.metrics.Close())
 		s.metrics = nil
 	}
-	for _, l := range []*data.Loader{s.TrainData, s.ValData} {
+	for _, l := range []*data.Loader{s.trainData, s.valData} {
 		if l != nil {
 			errs = append(errs, l.Close())
 		}
 	}
-	s.TrainData, s.ValData = nil, nil
+	s.trainData, s.valData = nil, nil
 	errs = append(errs, s.lock.release())
 	s.lock = nil
 	return errors.Join(errs...)
 }
 
 func (s *Session) openMetrics() error {
-	f, err := os.OpenFile(filepath.Join(s.Dir, MetricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(filepath.Join(s.dir, MetricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("train: %v", err)
 	}
@@ -722,7 +750,7 @@ var writeMetricsFile = writeFileAtomic
 
 func (s *Session) rewriteMetrics() error {
 	var buf bytes.Buffer
-	for _, m := range s.Trainer.History.Steps {
+	for _, m := range s.trainer.History.Steps {
 		b, _ := json.Marshal(m)
 		buf.Write(append(b, '\n'))
 	}
@@ -730,7 +758,7 @@ func (s *Session) rewriteMetrics() error {
 		s.metrics.Close()
 		s.metrics = nil
 	}
-	if err := writeMetricsFile(filepath.Join(s.Dir, MetricsFile), buf.Bytes()); err != nil {
+	if err := writeMetricsFile(filepath.Join(s.dir, MetricsFile), buf.Bytes()); err != nil {
 		return err
 	}
 	return s.openMetrics()
@@ -802,7 +830,7 @@ func salvageMetrics(path string, n, maxStep int) []Metrics {
 // (nothing is deleted) and returns the history that could be salvaged
 // from it, with a warning for the log.
 func (s *Session) setAsideLog(st *State, why error) ([]Metrics, error) {
-	path := filepath.Join(s.Dir, MetricsFile)
+	path := filepath.Join(s.dir, MetricsFile)
 	hist := salvageMetrics(path, st.History, st.Step)
 	aside := path + ".damaged-" + time.Now().UTC().Format("20060102T150405Z")
 	if s.metrics != nil {

@@ -50,7 +50,7 @@ func TestResumeIsExact(t *testing.T) {
 	if _, err := whole.Train(context.Background(), 10); err != nil {
 		t.Fatal(err)
 	}
-	want := losses(whole.Trainer.History)
+	want := losses(whole.trainer.History)
 	whole.Close()
 
 	dir := t.TempDir()
@@ -61,19 +61,19 @@ func TestResumeIsExact(t *testing.T) {
 	a.Close()
 	b := openTest(t, dir, nil)
 	defer b.Close()
-	if !b.Resumed() || b.Trainer.StepCount() != 7 || len(b.Trainer.History.Steps) != 7 {
-		t.Fatalf("resumed at step %d with %d records", b.Trainer.StepCount(), len(b.Trainer.History.Steps))
+	if !b.Resumed() || b.trainer.StepCount() != 7 || len(b.trainer.History.Steps) != 7 {
+		t.Fatalf("resumed at step %d with %d records", b.trainer.StepCount(), len(b.trainer.History.Steps))
 	}
 	if _, err := b.Train(context.Background(), 3); err != nil {
 		t.Fatal(err)
 	}
-	got := losses(b.Trainer.History)
+	got := losses(b.trainer.History)
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("step %d: resumed loss %v, uninterrupted %v\nresumed %v\nwhole   %v", i+1, got[i], want[i], got, want)
 		}
 	}
-	if v := b.Trainer.History.Steps[7].ValLoss; v == nil || *v != *whole.Trainer.History.Steps[7].ValLoss {
+	if v := b.trainer.History.Steps[7].ValLoss; v == nil || *v != *whole.trainer.History.Steps[7].ValLoss {
 		t.Errorf("validation loss at step 8 differs after resume")
 	}
 	// metrics.jsonl holds exactly the 10 records.
@@ -92,7 +92,7 @@ func TestCrashRecovery(t *testing.T) {
 	a := openTest(t, dir, &cfg)
 	a.Train(context.Background(), 4) // saves at the end: step 4
 	// Simulate a crash after 2 more steps: metrics written, no checkpoint.
-	a.Trainer.Run(context.Background(), 2, a.record)
+	a.trainer.Run(context.Background(), 2, a.record)
 	a.metrics.Close()
 	a.metrics = nil
 	a.lock.release() // the dead process's lock goes with it
@@ -112,8 +112,8 @@ func TestCrashRecovery(t *testing.T) {
 
 	s := openTest(t, dir, nil)
 	defer s.Close()
-	if s.Trainer.StepCount() != 4 || len(s.Trainer.History.Steps) != 4 {
-		t.Fatalf("reopened at step %d with %d records, want 4", s.Trainer.StepCount(), len(s.Trainer.History.Steps))
+	if s.trainer.StepCount() != 4 || len(s.trainer.History.Steps) != 4 {
+		t.Fatalf("reopened at step %d with %d records, want 4", s.trainer.StepCount(), len(s.trainer.History.Steps))
 	}
 	if !strings.Contains(s.FellBack(), "step-000006") || !strings.Contains(s.FellBack(), "checksum") {
 		t.Errorf("fell back silently or for the wrong reason: %q", s.FellBack())
@@ -178,7 +178,7 @@ func TestDamagedLogResumes(t *testing.T) {
 	if _, err := whole.Train(context.Background(), 8); err != nil {
 		t.Fatal(err)
 	}
-	want := losses(whole.Trainer.History)
+	want := losses(whole.trainer.History)
 	whole.Close()
 	for _, c := range []struct {
 		name string
@@ -208,8 +208,8 @@ func TestDamagedLogResumes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if b.Trainer.StepCount() != 6 || len(b.Trainer.History.Steps) < c.kept {
-			t.Errorf("%s: resumed at step %d with %d records, want step 6 and at least %d", c.name, b.Trainer.StepCount(), len(b.Trainer.History.Steps), c.kept)
+		if b.trainer.StepCount() != 6 || len(b.trainer.History.Steps) < c.kept {
+			t.Errorf("%s: resumed at step %d with %d records, want step 6 and at least %d", c.name, b.trainer.StepCount(), len(b.trainer.History.Steps), c.kept)
 		}
 		if !strings.Contains(log.String(), "warning:") || !strings.Contains(log.String(), "step 6") {
 			t.Errorf("%s: no warning: %q", c.name, log.String())
@@ -226,7 +226,7 @@ func TestDamagedLogResumes(t *testing.T) {
 		if _, err := b.Train(context.Background(), 2); err != nil {
 			t.Fatal(err)
 		}
-		h := b.Trainer.History.Steps
+		h := b.trainer.History.Steps
 		for i, m := range h[len(h)-2:] {
 			if m.Loss != want[6+i] {
 				t.Errorf("%s: step %d loss %v after resume, uninterrupted %v", c.name, m.Step, m.Loss, want[6+i])
@@ -273,8 +273,8 @@ func TestTokenFilesChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Trainer.StepCount() != 2 {
-		t.Errorf("reopened at step %d", r.Trainer.StepCount())
+	if r.trainer.StepCount() != 2 {
+		t.Errorf("reopened at step %d", r.trainer.StepCount())
 	}
 	r.Close()
 }
@@ -343,7 +343,7 @@ func TestReopenOnFullDisk(t *testing.T) {
 		t.Fatalf("reopening a run that needs no write, on a full disk: %v", err)
 	}
 	// Two steps recorded after the checkpoint, as a crash leaves them.
-	b.Trainer.Run(context.Background(), 2, b.record)
+	b.trainer.Run(context.Background(), 2, b.record)
 	b.Close()
 	_, err = Open(dir, OpenOptions{})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint is intact") || !strings.Contains(err.Error(), "no space left") || strings.Contains(err.Error(), "no checkpoint") {
@@ -357,8 +357,8 @@ func TestReopenOnFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Trainer.StepCount() != 3 || len(r.Trainer.History.Steps) != 3 {
-		t.Errorf("with space again: step %d, %d records", r.Trainer.StepCount(), len(r.Trainer.History.Steps))
+	if r.trainer.StepCount() != 3 || len(r.trainer.History.Steps) != 3 {
+		t.Errorf("with space again: step %d, %d records", r.trainer.StepCount(), len(r.trainer.History.Steps))
 	}
 	r.Close()
 }

@@ -57,12 +57,12 @@ func (s *Session) LastRun() Summary { return s.lastRun }
 // summarize records the Summary of a call that started at step from, at
 // start, and trained done steps.
 func (s *Session) summarize(from, done int, start time.Time, interrupted bool) {
-	sum := Summary{Config: s.Config.Name, From: from, To: s.Trainer.StepCount(), Elapsed: time.Since(start), Interrupted: interrupted}
-	h := s.Trainer.History.Steps
+	sum := Summary{Config: s.config.Name, From: from, To: s.trainer.StepCount(), Elapsed: time.Since(start), Interrupted: interrupted}
+	h := s.trainer.History.Steps
 	done = min(done, len(h))
 	if done > 0 {
 		recent := h[len(h)-done:]
-		sum.Tokens = int64(done) * int64(s.Config.TokensPerStep())
+		sum.Tokens = int64(done) * int64(s.config.TokensPerStep())
 		sum.FirstLoss, sum.LR = recent[0].Loss, recent[len(recent)-1].LR
 		sum.Losses = make([]float64, len(recent))
 		for i, m := range recent {
@@ -74,7 +74,7 @@ func (s *Session) summarize(from, done int, start time.Time, interrupted bool) {
 		}
 		sum.LastLoss /= float64(len(tail))
 	}
-	if v := s.Trainer.History.LastVal(); v != nil {
+	if v := s.trainer.History.LastVal(); v != nil {
 		sum.ValLoss = v.ValLoss
 	}
 	s.lastRun = sum

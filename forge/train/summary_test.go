@@ -27,7 +27,7 @@ func TestLastRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := s.LastRun()
-	h := s.Trainer.History.Steps
+	h := s.trainer.History.Steps
 	if sum.From != 3 || sum.To != 15 || sum.Steps() != 12 || sum.Config != "test" || len(sum.Losses) != 12 || sum.Interrupted {
 		t.Fatalf("summary %+v", sum)
 	}
@@ -42,7 +42,7 @@ func TestLastRun(t *testing.T) {
 	if sum.FirstLoss != h[3].Loss || math.Abs(sum.LastLoss-mean) > 1e-12 || sum.LR != h[14].LR || sum.Losses[11] != h[14].Loss {
 		t.Errorf("losses: first %v (want %v), last %v (want the mean of the last 10, %v), lr %v (want %v)", sum.FirstLoss, h[3].Loss, sum.LastLoss, mean, sum.LR, h[14].LR)
 	}
-	if v := s.Trainer.History.LastVal(); v == nil || sum.ValLoss == nil || *sum.ValLoss != *v.ValLoss {
+	if v := s.trainer.History.LastVal(); v == nil || sum.ValLoss == nil || *sum.ValLoss != *v.ValLoss {
 		t.Errorf("val loss %v, want the history's latest", sum.ValLoss)
 	}
 	if str := sum.String(); !strings.HasPrefix(str, "steps 3→15 in ") || !strings.Contains(str, " tok/s): loss ") || !strings.Contains(str, ", val ") {
@@ -79,8 +79,8 @@ func TestOpenByConfigName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Config.Name != "named" || s.Config.Tokenizer != "char" || s.Resumed() {
-		t.Errorf("new run: config %q, tokenizer %q, resumed %v", s.Config.Name, s.Config.Tokenizer, s.Resumed())
+	if s.config.Name != "named" || s.config.Tokenizer != "char" || s.Resumed() {
+		t.Errorf("new run: config %q, tokenizer %q, resumed %v", s.config.Name, s.config.Tokenizer, s.Resumed())
 	}
 	s.Close()
 	// Reopened without a name (and with another default and tokenizer):
@@ -89,8 +89,8 @@ func TestOpenByConfigName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Config.Name != "named" || s.Config.Tokenizer != "char" || !s.Resumed() {
-		t.Errorf("resumed run: config %q, tokenizer %q, resumed %v", s.Config.Name, s.Config.Tokenizer, s.Resumed())
+	if s.config.Name != "named" || s.config.Tokenizer != "char" || !s.Resumed() {
+		t.Errorf("resumed run: config %q, tokenizer %q, resumed %v", s.config.Name, s.config.Tokenizer, s.Resumed())
 	}
 	s.Close()
 	if _, err := Open(filepath.Join(t.TempDir(), "x"), OpenOptions{ConfigName: "no-such-config"}); err == nil || !strings.Contains(err.Error(), "no-such-config") {

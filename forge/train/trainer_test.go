@@ -85,38 +85,38 @@ func TestDivergenceStops(t *testing.T) {
 	if _, err := s.Train(context.Background(), 2); err != nil {
 		t.Fatal(err)
 	}
-	s.Trainer.SetLR(1e30)
+	s.trainer.SetLR(1e30)
 	done, err := s.Train(context.Background(), 50)
 	if !errors.Is(err, ErrDiverged) {
 		t.Fatalf("after %d steps at lr 1e30: %v", done, err)
 	}
 	msg := err.Error()
-	if done >= 50 || !strings.Contains(msg, "2 steps in a row") || !strings.Contains(msg, fmt.Sprintf("at step %d", s.Trainer.StepCount())) ||
+	if done >= 50 || !strings.Contains(msg, "2 steps in a row") || !strings.Contains(msg, fmt.Sprintf("at step %d", s.trainer.StepCount())) ||
 		!strings.Contains(msg, "first non-finite gradient: ") || strings.Contains(msg, "\n") {
 		t.Errorf("stopped after %d steps: %q", done, msg)
 	}
 	t.Logf("%d steps, then: %s", done, msg)
-	latest, _ := os.ReadFile(filepath.Join(s.Dir, LatestFile))
+	latest, _ := os.ReadFile(filepath.Join(s.dir, LatestFile))
 	if strings.TrimSpace(string(latest)) != "step-000002" {
 		t.Errorf("a diverged run was checkpointed: latest %q", latest)
 	}
 	// Whatever lr 1e30 left in the weights, a NaN in one is refused by name.
-	p := s.Model.Params()[1]
+	p := s.model.Params()[1]
 	vals := p.Tensor.Float32s()
 	vals[0] = float32(math.NaN())
 	forge.NoGrad(func() { p.Tensor.CopyFrom(forge.FromSlice(vals, p.Tensor.Shape()...)) })
-	q := s.Model.Params()[2] // and an infinity in another
+	q := s.model.Params()[2] // and an infinity in another
 	qv := q.Tensor.Float32s()
 	qv[0] = float32(math.Inf(1))
 	forge.NoGrad(func() { q.Tensor.CopyFrom(forge.FromSlice(qv, q.Tensor.Shape()...)) })
-	if bad := NonFiniteParams(s.Model); !slices.Contains(bad, p.Name) || !slices.Contains(bad, q.Name) {
+	if bad := NonFiniteParams(s.model); !slices.Contains(bad, p.Name) || !slices.Contains(bad, q.Name) {
 		t.Fatalf("NonFiniteParams %v misses %s or %s", bad, p.Name, q.Name)
 	}
 	if err := s.Save(); err == nil || !strings.Contains(err.Error(), "NaN or infinity") {
 		t.Errorf("saving non-finite weights: %v", err)
 	}
 	// A non-finite step or two among good ones is not a divergence.
-	tr := s.Trainer
+	tr := s.trainer
 	tr.nonFinite = 0
 	for _, m := range []Metrics{{Step: 1, Loss: math.Inf(1)}, {Step: 2, Loss: 1}, {Step: 3, Loss: math.NaN()}, {Step: 4, Loss: 1, Skipped: false}} {
 		if err := tr.checkFinite(m); err != nil {
@@ -152,7 +152,7 @@ func TestRunNoEval(t *testing.T) {
 	if _, err := s.TrainWith(context.Background(), 2, RunOptions{NoEval: true}); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range s.Trainer.History.Steps {
+	for _, m := range s.trainer.History.Steps {
 		if m.ValLoss != nil {
 			t.Errorf("step %d has a validation loss with NoEval", m.Step)
 		}
@@ -160,7 +160,7 @@ func TestRunNoEval(t *testing.T) {
 	if _, err := s.Train(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
-	if s.Trainer.History.LastVal() == nil {
+	if s.trainer.History.LastVal() == nil {
 		t.Error("no validation loss without NoEval")
 	}
 }
@@ -201,7 +201,7 @@ func TestMemoryLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	var counted int64
-	for _, p := range nn.Tensors(s.Model) {
+	for _, p := range nn.Tensors(s.model) {
 		if n := int64(p.Numel()); n >= 4096 {
 			counted += 16 * n
 		}
@@ -209,7 +209,7 @@ func TestMemoryLedger(t *testing.T) {
 	if counted == 0 {
 		t.Fatal("the test model has no parameter the CPU counts")
 	}
-	for _, m := range s.Trainer.History.Steps {
+	for _, m := range s.trainer.History.Steps {
 		mem := m.Memory
 		switch {
 		case mem == nil:
@@ -222,8 +222,8 @@ func TestMemoryLedger(t *testing.T) {
 			t.Errorf("step %d: %d bytes live after the update, below the %d of weights, gradients and moments", m.Step, mem.OptimizerLive, counted)
 		}
 	}
-	steps, mb, err := s.Trainer.History.Series("memory")
-	if err != nil || len(steps) != 2 || mb[1] != float64(s.Trainer.History.Steps[1].Memory.Peak())/1e6 {
+	steps, mb, err := s.trainer.History.Series("memory")
+	if err != nil || len(steps) != 2 || mb[1] != float64(s.trainer.History.Steps[1].Memory.Peak())/1e6 {
 		t.Errorf("memory series: %v %v %v", steps, mb, err)
 	}
 }
