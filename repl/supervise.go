@@ -92,7 +92,7 @@ func (s *Session) reportState() {
 	}
 	st := childState{}
 	if s.run != nil {
-		st.Dir, st.Step = s.run.Dir, s.run.Trainer.StepCount()
+		st.Dir, st.Step = s.run.Dir(), s.run.Trainer().StepCount()
 	}
 	if s.goi != nil {
 		for n := range s.goi.names {
@@ -123,7 +123,7 @@ func (s *Session) SayRestarted(n *RestartNote) {
 	}
 	kept := ""
 	if s.run != nil {
-		at := s.run.Trainer.StepCount()
+		at := s.run.Trainer().StepCount()
 		if n.Reached > at {
 			lost = append(lost, fmt.Sprintf("steps %d–%d (not saved)", at+1, n.Reached))
 		}

@@ -223,11 +223,11 @@ func (s *Session) saveLeaving() string {
 	if s.run == nil {
 		return "no run open"
 	}
-	if s.run.Trainer.StepCount() != s.savedStep {
+	if s.run.Trainer().StepCount() != s.savedStep {
 		if err := s.run.Save(); err != nil {
 			return "not saved: " + OneLine(err)
 		}
-		s.savedStep = s.run.Trainer.StepCount()
+		s.savedStep = s.run.Trainer().StepCount()
 	}
 	return fmt.Sprintf("saved step %d", s.savedStep)
 }

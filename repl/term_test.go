@@ -136,7 +136,7 @@ func TestDoubleInterruptSaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if got := r.Trainer.StepCount(); got != saved {
+	if got := r.Trainer().StepCount(); got != saved {
 		t.Fatalf("the run reopens at step %d, want %d", got, saved)
 	}
 }
