@@ -45,11 +45,7 @@ y.Numel()`, dir)
 		"forge> y.Numel()",
 		"33554432",
 	}
-	for i, w := range want {
-		if i >= len(lines) || lines[i] != w {
-			t.Fatalf("transcript line %d:\n got %q\nwant %q\nwhole:\n%s", i+1, at(lines, i), w, got)
-		}
-	}
+	wantLines(t, lines, want, got)
 	// The sizes, which the transcript masks.
 	if err := s.Eval(":set budget 1.5GiB"); err != nil {
 		t.Fatal(err)
@@ -60,6 +56,16 @@ y.Numel()`, dir)
 	err := s.Eval("big := forge.Zeros(100000, 100000)")
 	if err == nil || !strings.Contains(err.Error(), "needs 37.3 GiB, over the memory budget of 1.5 GiB (set") {
 		t.Errorf("Zeros(100000, 100000) under a set 1.5 GiB budget: %v", err)
+	}
+}
+
+// wantLines fails at the first line of a transcript that differs from want.
+func wantLines(t *testing.T, lines, want []string, got string) {
+	t.Helper()
+	for i, w := range want {
+		if i >= len(lines) || lines[i] != w {
+			t.Fatalf("transcript line %d:\n got %q\nwant %q\nwhole:\n%s", i+1, at(lines, i), w, got)
+		}
 	}
 }
 
@@ -90,9 +96,5 @@ z := forge.FromSlice([]float32{-1, 2}).Log()`, dir)
 		"forge> z := forge.FromSlice([]float32{-1, 2}).Log()",
 		"",
 	}
-	for i, w := range want {
-		if i >= len(lines) || lines[i] != w {
-			t.Fatalf("transcript line %d:\n got %q\nwant %q\nwhole:\n%s", i+1, at(lines, i), w, got)
-		}
-	}
+	wantLines(t, lines, want, got)
 }

@@ -46,7 +46,14 @@ type piped struct {
 
 func startPiped(t *testing.T, args ...string) *piped {
 	t.Helper()
-	p := &piped{t: t, cmd: exec.Command(os.Args[0], args...)}
+	return startCmd(t, exec.Command(os.Args[0], args...))
+}
+
+// startCmd starts cmd, the test binary standing in for forge, with its
+// input piped and its output collected.
+func startCmd(t *testing.T, cmd *exec.Cmd) *piped {
+	t.Helper()
+	p := &piped{t: t, cmd: cmd}
 	p.cmd.Env = append(os.Environ(), "FORGE_REPL_TEST_CHILD=1")
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
 	var err error
@@ -188,18 +195,9 @@ func TestSupervisorTerminal(t *testing.T) {
 func TestSupervisorPassesInterrupt(t *testing.T) {
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run")
-	p := &piped{t: t, cmd: exec.Command(os.Args[0], "repl", run, "--config", microConfig(t, dir), "--history", "")}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not in a terminal's foreground
-	p.cmd.Env = append(os.Environ(), "FORGE_REPL_TEST_CHILD=1")
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
-	var err error
-	if p.in, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.cmd.Process.Kill() })
+	cmd := exec.Command(os.Args[0], "repl", run, "--config", microConfig(t, dir), "--history", "")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not in a terminal's foreground
+	p := startCmd(t, cmd)
 	p.send(":run 1000000")
 	deadline := time.Now().Add(60 * time.Second)
 	for lastLoggedSteps(filepath.Join(run, "metrics.jsonl")) < 3 && time.Now().Before(deadline) {
