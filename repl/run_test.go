@@ -25,10 +25,17 @@ func TestRunFieldsReadOnly(t *testing.T) {
 		"run.Model = m2\n"+
 		"r := run\n"+
 		"r.Trainer = nil\n"+
+		"tr.Model = m2\n"+
+		"opt := tr.Opt\n"+
+		"tr.Opt = nil\n"+
+		"tr.Opt == opt\n"+
 		":step\n")
 	for _, want := range []string{
 		"error: run.Model cannot be replaced: a run keeps its model, trainer, config and data together (run.Model() reads it); to train another model, start a run with :new\n",
 		"error: r.Trainer cannot be replaced",
+		"error: tr.Model cannot be replaced: the run's trainer steps the run's own model and optimizer (put back); to train another model, start a run with :new\n",
+		"error: tr.Opt cannot be replaced",
+		"tr.Opt == opt\ntrue\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("transcript lacks %q:\n%s", want, got)

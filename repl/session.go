@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
+	"github.com/forgeml/forge/forge/optim"
 	"github.com/forgeml/forge/forge/train"
 	"github.com/forgeml/forge/internal/numfmt"
 )
@@ -119,7 +121,30 @@ func (s *Session) EvalContext(ctx context.Context, in string) (err error) {
 	case strings.HasPrefix(src, "?"):
 		return s.doc(strings.TrimSpace(src[1:]))
 	}
-	return s.evalGo(ctx, src)
+	if s.run == nil {
+		return s.evalGo(ctx, src)
+	}
+	tr := s.run.Trainer()
+	m, opt := tr.Model, tr.Opt
+	err = s.evalGo(ctx, src)
+	return keepTrainer(tr, m, opt, err)
+}
+
+// keepTrainer puts back the run's model and optimizer if Go code replaced
+// them on its trainer (tr.Model = m2): the run saves, samples and reports
+// its own model, so a trainer stepping another one would desynchronise it.
+func keepTrainer(tr *train.Trainer, m *gpt.Model, opt *optim.AdamW, err error) error {
+	var field string
+	switch {
+	case tr.Model != m:
+		field = "Model"
+	case tr.Opt != opt:
+		field = "Opt"
+	default:
+		return err
+	}
+	tr.Model, tr.Opt = m, opt
+	return fmt.Errorf("tr.%s cannot be replaced: the run's trainer steps the run's own model and optimizer (put back); to train another model, start a run with :new", field)
 }
 
 // nameTripInput adds to an error of the NaN tripwire (:set tripwire on)
