@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/internal/numfmt"
 )
 
@@ -58,7 +59,8 @@ func SetMemoryBudget(bytes int64) {
 // are checked against, in bytes, and where it comes from ("set", "device"
 // or "available RAM"); 0 and "" when no budget is known.
 func MemoryBudget() (bytes int64, source string) {
-	b, src := DefaultDevice().memoryBudget(true)
+	d := DefaultDevice()
+	b, src := d.memoryBudget(d.b.Memory(), true)
 	return b, src.short
 }
 
@@ -84,16 +86,16 @@ var sysAvail struct {
 
 const sysAvailTTL = time.Second
 
-// memoryBudget is the budget of d's allocations; fresh reads the system's
-// available memory again instead of using the cached value.
-func (d *Device) memoryBudget(fresh bool) (int64, budgetSource) {
+// memoryBudget is the budget of d's allocations, given st, d's memory
+// now; fresh reads the system's available memory again instead of using
+// the cached value.
+func (d *Device) memoryBudget(st backend.MemoryStats, fresh bool) (int64, budgetSource) {
 	userBudget.Lock()
 	set := userBudget.bytes
 	userBudget.Unlock()
 	if set > 0 {
 		return set, fromSet
 	}
-	st := d.b.Memory()
 	if st.Budget > 0 {
 		src := fromDevice
 		src.long = "the " + d.name + " device's memory budget"
@@ -131,15 +133,17 @@ func checkBudgetStaged(op string, dev *Device, dt DType, shape []int, staged int
 	if need < budgetMinBytes {
 		return
 	}
-	budget, src := dev.memoryBudget(false)
-	if budget == 0 || dev.b.Memory().Live+need <= budget {
+	st := dev.b.Memory()
+	budget, src := dev.memoryBudget(st, false)
+	if budget == 0 || st.Live+need <= budget {
 		return
 	}
 	// Over: look again before refusing, with the memory of unreachable
 	// tensors returned and the system's memory read now.
 	dev.b.Recycle()
-	budget, src = dev.memoryBudget(true)
-	live := dev.b.Memory().Live
+	st = dev.b.Memory()
+	budget, src = dev.memoryBudget(st, true)
+	live := st.Live
 	if budget == 0 || live+need <= budget {
 		return
 	}
