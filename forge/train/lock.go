@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/forgeml/forge/internal/flock"
 )
 
 // LockFile is the file of a run directory that its one writer holds
@@ -34,9 +36,6 @@ func (h lockHolder) String() string {
 	return fmt.Sprintf("pid %d (%s), since %s", h.PID, h.Command, h.Since)
 }
 
-// errLocked is what tryLock returns when another open file holds the lock.
-var errLocked = errors.New("locked")
-
 // runLock is a held lock on a run directory.
 type runLock struct{ f *os.File }
 
@@ -48,10 +47,10 @@ func lockRun(dir string) (*runLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: locking %s: %v", dir, err)
 	}
-	if err := tryLock(f); err != nil {
+	if err := flock.TryLock(f); err != nil {
 		h := readHolder(f)
 		f.Close()
-		if errors.Is(err, errLocked) {
+		if errors.Is(err, flock.ErrLocked) {
 			return nil, fmt.Errorf("train: %s is open for writing by %s; wait for it to finish or stop it (reading with eval, generate, export or info needs no lock)", dir, h)
 		}
 		return nil, fmt.Errorf("train: locking %s: %v", path, err)
@@ -86,7 +85,7 @@ func lockHolderOf(dir string) string {
 		return "" // no lock file: never opened for writing by this version
 	}
 	defer f.Close()
-	if err := tryLock(f); err == nil {
+	if err := flock.TryLock(f); err == nil {
 		return "" // closing f releases it
 	}
 	return readHolder(f).String()

@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package train
+package flock
 
 import (
 	"errors"
@@ -8,8 +8,12 @@ import (
 	"syscall"
 )
 
-// tryLock takes an exclusive flock on f without waiting.
-func tryLock(f *os.File) error {
+// Supported reports whether TryLock really locks on this platform.
+const Supported = true
+
+// TryLock takes an exclusive flock on f without waiting; it returns
+// ErrLocked when another open file holds it.
+func TryLock(f *os.File) error {
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		switch {
@@ -18,7 +22,7 @@ func tryLock(f *os.File) error {
 		case errors.Is(err, syscall.EINTR):
 			continue
 		case errors.Is(err, syscall.EWOULDBLOCK):
-			return errLocked
+			return ErrLocked
 		default:
 			return err
 		}
