@@ -35,7 +35,8 @@ test:
 # (go.dev/issue/75804): no input is written then, and it is not a find.
 FUZZTIME ?= 30s
 FUZZ_TARGETS = forge/tokenizer:FuzzRoundTrip forge/tokenizer:FuzzUnmarshal forge/data:FuzzParseTokens \
-	forge/safetensors:FuzzUnmarshal forge/train:FuzzParseConfig forge/train:FuzzParseState
+	forge/safetensors:FuzzUnmarshal forge/train:FuzzParseConfig forge/train:FuzzParseState \
+	forge/fmodel:FuzzParseManifest forge/fmodel:FuzzLoad
 fuzz:
 	@log=$$(mktemp); for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \

@@ -35,6 +35,9 @@ var (
 		// packages may use it (train.BenchStep does), never the reverse.
 		{pkgs: []string{"forge/profile"}, forbid: append([]string{"forge/nn", "forge/gpt", "forge/optim", "forge/train"}, implementations...)},
 		{pkgs: []string{"cli", "repl", "notebook"}, forbid: []string{"forge/backend", "forge/cpu", "metal", "metal/*", "kernels"}},
+		// The model repository is storage: it knows bytes, dtypes and
+		// shapes, not tensors or models (forge/train bridges the two).
+		{pkgs: []string{"forge/fmodel"}, only: []string{"forge/safetensors", "internal/atomicfile", "internal/flock"}},
 		// forge doctor checks a device through its backend (kernel
 		// compiles, the GPU family) and the whole stack above it; the
 		// front ends call it, never the reverse.
