@@ -138,7 +138,8 @@ func cmdTrain(e *env, args []string) error {
 
 func cmdGenerate(e *env, args []string) error {
 	fs := flags(e, "generate")
-	runDir := fs.String("run", "runs/tiny", "run directory")
+	runDir := fs.String("run", "runs/tiny", "run directory or .forge repository")
+	rev := fs.String("rev", "", "revision of a .forge repository (HEAD, HEAD~N or a hash prefix)")
 	prompt := fs.String("prompt", "", "text to continue (default: a newline)")
 	n := fs.Int("n", 200, "tokens to generate")
 	temp := fs.Float64("temperature", 0.8, "sampling temperature (0 = greedy)")
@@ -165,7 +166,7 @@ func cmdGenerate(e *env, args []string) error {
 	if err := e.useDevice(*device); err != nil {
 		return err
 	}
-	snap, err := loadRun(e, *runDir)
+	snap, err := loadRun(e, *runDir, *rev)
 	if err != nil {
 		return err
 	}
@@ -197,7 +198,9 @@ func cmdGenerate(e *env, args []string) error {
 
 func cmdEval(e *env, args []string) error {
 	fs := flags(e, "eval")
-	runDir := fs.String("run", "runs/tiny", "run directory")
+	runDir := fs.String("run", "runs/tiny", "run directory or .forge repository")
+	rev := fs.String("rev", "", "revision of a .forge repository (HEAD, HEAD~N or a hash prefix)")
+	valFile := fs.String("data", "", "validation token file (default: the run's; required for a .forge repository)")
 	batches := fs.Int("batches", 0, "validation batches (0 = the whole validation file)")
 	device := deviceFlag(fs)
 	if _, err := parse(fs, args); err != nil {
@@ -209,12 +212,18 @@ func cmdEval(e *env, args []string) error {
 	if err := e.useDevice(*device); err != nil {
 		return err
 	}
-	snap, err := loadRun(e, *runDir)
+	if *valFile == "" && train.IsRepository(*runDir) {
+		return usagef("%s is a .forge repository, which keeps no data: give the validation tokens with --data val.bin (forge prepare writes one)", *runDir)
+	}
+	snap, err := loadRun(e, *runDir, *rev)
 	if err != nil {
 		return err
 	}
 	cfg := snap.Config
-	val, err := data.OpenLoader(filepath.Join(*runDir, train.DataDir, data.ValFile), cfg.Batch, cfg.Model.Context, 0)
+	if *valFile == "" {
+		*valFile = filepath.Join(*runDir, train.DataDir, data.ValFile)
+	}
+	val, err := data.OpenLoader(*valFile, cfg.Batch, cfg.Model.Context, 0)
 	if err != nil {
 		return err
 	}
@@ -251,13 +260,17 @@ func cmdInfo(e *env, args []string) error {
 	var cfg train.Config
 	switch {
 	case *runDir != "":
-		snap, err := loadRun(e, *runDir)
+		snap, err := loadRun(e, *runDir, "")
 		if err != nil {
 			return err
 		}
 		cfg = snap.Config
-		fmt.Fprintf(e.stdout, "run %s at step %d\n", *runDir, snap.Step)
-		if r, err := train.Check(*runDir); err == nil {
+		if snap.Revision != "" {
+			fmt.Fprintf(e.stdout, "repository %s at revision %s (step %d)\n", *runDir, snap.Revision[:12], snap.Step)
+		} else {
+			fmt.Fprintf(e.stdout, "run %s at step %d\n", *runDir, snap.Step)
+		}
+		if r, err := train.Check(*runDir); err == nil && snap.Revision == "" {
 			fmt.Fprintf(e.stdout, "  check: %s (details: forge check --run %s)\n", r.Summary(), *runDir)
 		}
 	case *config != "":
@@ -406,7 +419,10 @@ func cmdPrepare(e *env, args []string) error {
 func cmdExport(e *env, args []string) error {
 	fs := flags(e, "export")
 	runDir := fs.String("run", "runs/tiny", "run directory")
-	out := fs.String("out", "", "output directory (required)")
+	out := fs.String("out", "", "output directory, or the .forge repository to commit to (required)")
+	format := fs.String("format", "hf", "hf: Hugging Face / PyTorch files; forge: a new revision of a .forge repository")
+	dtype := fs.String("dtype", "float32", "--format forge: stored dtype, float32 (loads without conversion), float16 or bfloat16")
+	message := fs.String("message", "", "--format forge: the revision's message (default: the step)")
 	older := fs.Bool("allow-older", false, "export an older checkpoint when the latest is damaged")
 	device := deviceFlag(fs)
 	if _, err := parse(fs, args); err != nil {
@@ -415,10 +431,22 @@ func cmdExport(e *env, args []string) error {
 	if *out == "" {
 		return usagef("--out is required: the directory to write the exported model to")
 	}
+	if *format != "hf" && *format != "forge" {
+		return usagef("--format %q: want hf (Hugging Face files) or forge (a .forge repository)", *format)
+	}
 	if err := e.useDevice(*device); err != nil {
 		return err
 	}
-	snap, err := train.Load(*runDir)
+	if *format == "hf" && (flagSet(fs, "dtype") || flagSet(fs, "message")) {
+		return usagef("--dtype and --message belong to --format forge; the Hugging Face export is float32")
+	}
+	var snap *train.Snapshot
+	var err error
+	if train.IsRepository(*runDir) {
+		snap, err = train.LoadRepository(*runDir, "")
+	} else {
+		snap, err = train.Load(*runDir)
+	}
 	if err != nil {
 		return err
 	}
@@ -427,6 +455,9 @@ func cmdExport(e *env, args []string) error {
 			return fmt.Errorf("%s; not exporting an older model than the run's latest: pass --allow-older to export step %d", snap.FellBack, snap.Step)
 		}
 		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)
+	}
+	if *format == "forge" {
+		return exportForge(e, snap, *runDir, *out, *dtype, *message)
 	}
 	fam, err := train.Export(snap.Model, snap.Tokenizer, *out)
 	if err != nil {
@@ -462,9 +493,16 @@ func cmdCheck(e *env, args []string) error {
 	return nil
 }
 
-// loadRun is train.Load for the commands that only read a run, with a
+// loadRun is train.Load (or train.LoadRepository for a .forge
+// repository, at rev) for the commands that only read a model, with a
 // warning on stderr when it had to use an older checkpoint.
-func loadRun(e *env, dir string) (*train.Snapshot, error) {
+func loadRun(e *env, dir, rev string) (*train.Snapshot, error) {
+	if train.IsRepository(dir) {
+		return train.LoadRepository(dir, rev)
+	}
+	if rev != "" {
+		return nil, usagef("--rev %s: %s is a run directory, not a .forge repository; revisions belong to repositories (forge export --format forge)", rev, dir)
+	}
 	snap, err := train.Load(dir)
 	if err == nil && snap.FellBack != "" {
 		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"unsafe"
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/data"
@@ -94,7 +95,7 @@ func fillParams(path string, f *safetensors.File, prefix string, m *gpt.Model) e
 					errOut = fmt.Errorf("train: %s: tensor %q has shape %v, the model wants %v", path, name, t.Shape, p.Tensor.Shape())
 					return
 				}
-				v, err := t.Float32s()
+				v, err := float32sOf(t)
 				if err != nil {
 					errOut = fmt.Errorf("train: %s: tensor %q: %v", path, name, err)
 					return
@@ -215,3 +216,27 @@ func verifyFiles(dir string, st *State) error {
 	}
 	return nil
 }
+
+// float32sOf is t.Float32s, except that little-endian float32 bytes
+// aligned for float32 are viewed in place rather than copied (a mapped
+// repository shard or a checkpoint read whole); the caller must not keep
+// the slice beyond the bytes' life (forge.FromSlice copies it).
+func float32sOf(t safetensors.Tensor) ([]float32, error) {
+	if t.DType == safetensors.DTypeF32 && len(t.Data) > 0 && littleEndian &&
+		uintptr(unsafe.Pointer(&t.Data[0]))%unsafe.Alignof(float32(0)) == 0 {
+		n := 1
+		for _, d := range t.Shape {
+			n *= d
+		}
+		if n*4 == len(t.Data) {
+			return unsafe.Slice((*float32)(unsafe.Pointer(&t.Data[0])), n), nil
+		}
+	}
+	return t.Float32s()
+}
+
+// littleEndian reports whether this machine stores float32 as the files do.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()

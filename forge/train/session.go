@@ -1021,6 +1021,8 @@ type Snapshot struct {
 	Model     *gpt.Model
 	Step      int
 	State     State
+	// Revision is the .forge revision loaded (LoadRepository), "" for a run.
+	Revision string
 	// FellBack says why the checkpoint `latest` names could not be used
 	// and which one was loaded instead ("" when it was used). Callers
 	// must show it: the model is older than the run.
