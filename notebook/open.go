@@ -14,6 +14,11 @@ import (
 // eval and save cadence but not the model or batch shape. Progress while
 // creating a run (tokenizer training, encoding) is printed.
 //
+// dir may also be a .forge model repository (forge export --format
+// forge): the run is then dir + ".run" beside it, started from the
+// repository's weights, tokenizer and config, and s.Commit(message)
+// saves a new revision back to the repository.
+//
 // The run is on the device Device named, else on the default choice,
 // whose notice is printed when it was made for the user (Metal on a Mac,
 // or why the CPU there). Every GoNB cell is a new process, so put this at

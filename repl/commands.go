@@ -34,7 +34,8 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"open", "<dir>", "open (resume) the run in dir; :new starts one", "", cmdOpen, completeDirs},
+		{"open", "<dir>", "open (resume) the run in dir, or fine-tune a .forge repository; :new starts one",
+			"A .forge repository (forge export --format forge) opens as the run <dir>.run beside it, started from the repository's\nweights and tokenizer; :commit saves a new revision back to it.", cmdOpen, completeDirs},
 		{"new", "<config> [dir] [--data file…]", "create a run from a config (tiny, small, … or a .json file) in dir (default runs/<config>)",
 			"The data is the built-in corpus unless --data names text files or a `forge prepare` directory.", cmdNew, completeConfigs},
 		{"info", "", "the run: directory, config, model size, step, learning rate, latest losses", "", cmdInfo, nil},
@@ -59,6 +60,8 @@ func init() {
 		{"doctor", "[--out dir] [--short] [--no-timings]", "check the device against the CPU (kernels, conformance, a shadow training step, timings) and write a report",
 			"The report file (markdown) goes to --out (default: the current directory); attach it to a bug report.", cmdDoctor, nil},
 		{"save", "", "write a checkpoint of the run now", "", cmdSave, nil},
+		{"commit", "[message]", "save the model as a new revision of its .forge repository (only changed tensors are written)",
+			"The repository is the one the run was opened from, else model.forge inside the run directory.\nforge model log|inspect|verify read it; forge generate --run <repo> samples from it.", cmdCommit, nil},
 		{"history", "[n] [-i]", "the last n training steps (default 10); -i: the last n inputs of this session", "", cmdHistory, nil},
 		{"set", "[name [value]]", "show the settings, or set one: " + settingNames(), "", cmdSet, completeSettings},
 		{"help", "[command]", "list the commands, or describe one", "", cmdHelp, completeCommands},
@@ -186,10 +189,27 @@ func cmdOpen(s *Session, _ context.Context, args []string) error {
 	if len(args) != 1 {
 		return usagef("name the run directory")
 	}
-	if !train.Exists(args[0]) {
+	if !train.Exists(args[0]) && !train.IsRepository(args[0]) {
 		return noRun(args[0])
 	}
 	return s.Open(args[0], "", nil)
+}
+
+func cmdCommit(s *Session, _ context.Context, args []string) error {
+	if err := s.needRun(); err != nil {
+		return err
+	}
+	st, err := s.run.Commit(strings.Join(args, " "))
+	if err != nil {
+		return err
+	}
+	parent := "the first revision"
+	if st.Parent != "" {
+		parent = "parent " + st.Parent[:12]
+	}
+	fmt.Fprintf(s.stdout, "committed step %d to %s as revision %s (%s): wrote %d of %d tensors and files, %s\n",
+		s.run.Trainer().StepCount(), s.run.Repository(), st.Hash[:12], parent, st.Written, st.Written+st.Reused, numfmt.Bytes(float64(st.BytesWritten)))
+	return nil
 }
 
 // noRun says that dir holds no run, naming the run beside it whose name

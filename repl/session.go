@@ -211,7 +211,11 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 	if opts.Log == nil {
 		opts.Log = s.stderr
 	}
-	if s.run != nil && sameDir(s.run.Dir(), dir) {
+	runDir := dir
+	if train.IsRepository(dir) {
+		runDir = train.RunDirOf(dir)
+	}
+	if s.run != nil && sameDir(s.run.Dir(), runDir) {
 		s.Close() // the run holds its directory's lock: reopening it needs it back
 	}
 	r, err := train.Open(dir, opts)
@@ -230,7 +234,7 @@ func (s *Session) Open(dir, config string, dataFiles []string) error {
 	if r.Resumed() {
 		verb = "resumed"
 	}
-	fmt.Fprintf(s.stdout, "%s %s: %s, %s parameters, step %d of %d", verb, dir, r.Config().Name,
+	fmt.Fprintf(s.stdout, "%s %s: %s, %s parameters, step %d of %d", verb, r.Dir(), r.Config().Name,
 		numfmt.Thousands(nn.Count(r.Model())), r.Trainer().StepCount(), r.Config().Steps)
 	if h := r.Trainer().History.Steps; len(h) > 0 {
 		fmt.Fprintf(s.stdout, ", loss %.4f", h[len(h)-1].Loss)

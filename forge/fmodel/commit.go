@@ -58,6 +58,7 @@ func CommitTo(dir string, c Commit) (CommitStats, error) {
 		return st, err
 	}
 	defer unlock(l)
+	removeTemps(dir)
 	r := &Repo{Dir: dir}
 	known := map[string]Blob{} // the parent's blobs by content hash
 	if _, err := os.Stat(filepath.Join(dir, HeadFile)); err == nil {
@@ -171,6 +172,20 @@ func CommitTo(dir string, c Commit) (CommitStats, error) {
 	st.Tensors = len(m.Tensors)
 	st.Bytes = m.Bytes()
 	return st, nil
+}
+
+// removeTemps deletes what interrupted commits left (atomicfile's
+// temporary files); only the lock holder calls it, so nothing is still
+// writing them.
+func removeTemps(dir string) {
+	for _, sub := range []string{"", ManifestDir, ShardDir} {
+		ents, _ := os.ReadDir(filepath.Join(dir, sub))
+		for _, e := range ents {
+			if atomicfile.IsTemp(e.Name()) {
+				os.Remove(filepath.Join(dir, sub, e.Name()))
+			}
+		}
+	}
 }
 
 func unlock(f *os.File) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/forgeml/forge/forge/safetensors"
+	"github.com/forgeml/forge/internal/atomicfile"
 )
 
 // tensorOf returns a float32 tensor of n elements drawn from seed.
@@ -308,6 +309,18 @@ func TestKillAtAnyMoment(t *testing.T) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	t.Logf("%d revisions after 8 kills; %d shards", len(log), rep.Shards)
+	// The next commit clears what the killed ones left half-written.
+	if _, err := CommitTo(dir, Commit{Tensors: model(1)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"", ManifestDir, ShardDir} {
+		ents, _ := os.ReadDir(filepath.Join(dir, sub))
+		for _, e := range ents {
+			if atomicfile.IsTemp(e.Name()) {
+				t.Errorf("leftover %s", filepath.Join(sub, e.Name()))
+			}
+		}
+	}
 }
 
 func TestParseManifestRefuses(t *testing.T) {

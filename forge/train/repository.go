@@ -3,9 +3,11 @@ package train
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 
+	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/fmodel"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/safetensors"
@@ -82,11 +84,93 @@ func CommitModel(repo string, m *gpt.Model, tok tokenizer.Tokenizer, cfg Config,
 	return fmodel.CommitTo(repo, fmodel.Commit{Tensors: ts, Files: files, Config: cb, Meta: meta, Message: msg})
 }
 
-// Commit saves the session's model as a new revision of the run's
-// repository (RepositoryDir inside the run directory) with message.
+// Commit saves the session's model as a new revision of its repository
+// (Repository) with message.
 func (s *Session) Commit(message string) (fmodel.CommitStats, error) {
-	return CommitModel(filepath.Join(s.dir, RepositoryDir), s.model, s.tokenizer, s.config, s.trainer.StepCount(),
+	return CommitModel(s.Repository(), s.model, s.tokenizer, s.config, s.trainer.StepCount(),
 		CommitOptions{Message: message, Meta: map[string]string{"run": s.dir}})
+}
+
+// Repository is where Commit writes: the repository the run started from
+// (OpenOptions.From), else RepositoryDir inside the run directory.
+func (s *Session) Repository() string {
+	if s.repo != "" {
+		return s.repo
+	}
+	return filepath.Join(s.dir, RepositoryDir)
+}
+
+// fromFile records, in a run started from a repository, which one.
+const fromFile = "from.json"
+
+type fromRecord struct {
+	Repository string `json:"repository"`
+	Revision   string `json:"revision"`
+	Step       int    `json:"step"`
+}
+
+// fromRepository makes the options of a new run started from snap: its
+// config unless one is given, which must then be of the same model.
+func (o *OpenOptions) fromRepository(snap *Snapshot) error {
+	if o.Prepared != "" {
+		return fmt.Errorf("train: a run started from %s tokenizes its text with the model's tokenizer; give text files, not the prepared directory %s", o.From, o.Prepared)
+	}
+	if o.Config == nil && o.ConfigName != "" {
+		cfg, err := LoadConfig(o.ConfigName)
+		if err != nil {
+			return err
+		}
+		o.Config = &cfg
+	}
+	if o.Config == nil {
+		cfg := snap.Config
+		o.Config = &cfg
+		return nil
+	}
+	if o.Config.Model != snap.Config.Model {
+		return fmt.Errorf("train: %s holds a model of another shape than the config %s; start from it without a config, or change only how it trains", o.From, o.Config.Name)
+	}
+	if o.Tokenizer != "" && o.Tokenizer != snap.Config.Tokenizer {
+		return fmt.Errorf("train: %s has a %s tokenizer; a run started from it keeps it", o.From, snap.Config.Tokenizer)
+	}
+	return nil
+}
+
+// startFrom copies the starting revision's weights into the new run's
+// model and records where they came from.
+func (s *Session) startFrom(repo string) error {
+	src := s.from.Model.Params()
+	err := forge.Try(func() {
+		forge.NoGrad(func() {
+			for i, p := range s.model.Params() {
+				p.Tensor.CopyFrom(src[i].Tensor.To(p.Tensor.Device()))
+			}
+		})
+	})
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(repo)
+	if err != nil {
+		abs = repo
+	}
+	s.repo = abs
+	rec := fromRecord{Repository: abs, Revision: s.from.Revision, Step: s.from.Step}
+	s.from = nil
+	return writeJSON(filepath.Join(s.dir, fromFile), rec)
+}
+
+// readFrom returns the repository a run started from ("" for none).
+func readFrom(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, fromFile))
+	if err != nil {
+		return ""
+	}
+	var r fromRecord
+	if json.Unmarshal(b, &r) != nil {
+		return ""
+	}
+	return r.Repository
 }
 
 // IsRepository reports whether dir is a .forge model repository (rather

@@ -120,3 +120,70 @@ func TestCommitHalfPrecision(t *testing.T) {
 		t.Fatalf("dtype int4: %v", err)
 	}
 }
+
+// TestOpenRepositoryFineTunes opens a repository's path as a run: the run
+// directory beside it starts from the repository's weights, tokenizer and
+// config, trains, commits back to the repository, and resumes as a run.
+func TestOpenRepositoryFineTunes(t *testing.T) {
+	cfg := testRunConfig()
+	dir := t.TempDir()
+	base := openTest(t, filepath.Join(dir, "base"), &cfg)
+	if _, err := base.Train(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	repo := filepath.Join(dir, "m.forge")
+	st1, err := CommitModel(repo, base.Model(), base.Tokenizer(), base.Config(), 2, CommitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base.Model().Params()
+	base.Close()
+
+	var log strings.Builder
+	s, err := Open(repo, OpenOptions{Texts: testTexts(), Source: "test", NoCache: true, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Dir() != RunDirOf(repo) || !strings.Contains(log.String(), "is a .forge repository") || !strings.Contains(log.String(), st1.Hash[:12]) {
+		t.Fatalf("dir %s, log:\n%s", s.Dir(), log.String())
+	}
+	for i, p := range s.Model().Params() {
+		if !slices.Equal(p.Tensor.Float32s(), want[i].Tensor.Float32s()) {
+			t.Fatalf("%s does not start from the repository's weights", p.Name)
+		}
+	}
+	if !slices.Equal(s.Tokenizer().Encode("Mr. Darcy"), base.Tokenizer().Encode("Mr. Darcy")) {
+		t.Fatal("the run does not use the repository's tokenizer")
+	}
+	if _, err := s.Train(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := s.Commit("fine-tuned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2.Parent != st1.Hash {
+		t.Fatalf("the fine-tuned commit's parent is %s, want %s", st2.Parent, st1.Hash)
+	}
+	s.Close()
+	if r, err := Check(RunDirOf(repo)); err != nil || len(r.Problems) != 0 {
+		t.Fatalf("check of the run: %+v %v", r, err)
+	}
+	// Opening again resumes the run (it exists) and still commits there.
+	s, err = Open(repo, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Resumed() || s.Trainer().StepCount() != 2 {
+		t.Fatalf("resumed %v at step %d", s.Resumed(), s.Trainer().StepCount())
+	}
+	if abs, _ := filepath.Abs(repo); s.Repository() != abs {
+		t.Fatalf("commits go to %s, want %s", s.Repository(), abs)
+	}
+	other := cfg
+	other.Model.Layers = 3
+	if _, err := Open(repo+"2", OpenOptions{From: repo, Config: &other}); err == nil || !strings.Contains(err.Error(), "another shape") {
+		t.Fatalf("a config of another model: %v", err)
+	}
+}

@@ -77,6 +77,9 @@ type Session struct {
 
 	tokenSums map[string]FileSum // the token files as the run was created
 	lastRun   Summary
+
+	repo string    // the .forge repository Commit writes ("": RepositoryDir in the run)
+	from *Snapshot // the repository revision a new run starts from (create only)
 }
 
 // OpenOptions configure Open.
@@ -116,7 +119,19 @@ type OpenOptions struct {
 	// the run on (see UseData); a run that exists keeps its own data, and
 	// Open refuses Data for it with an error wrapping ErrRunHasData.
 	Data []string
+	// From is a .forge repository a new run starts from (fine-tuning):
+	// its config (Config may change how it trains, not the model), its
+	// tokenizer (the run's text is tokenized with it) and its weights, at
+	// FromRevision ("": HEAD). Session.Commit then commits to that
+	// repository. Opening a repository's own path does this, with the run
+	// directory beside it (RunDirOf).
+	From         string
+	FromRevision string
 }
+
+// RunDirOf is the run directory Open uses for the .forge repository repo
+// opened directly: repo with ".run" appended.
+func RunDirOf(repo string) string { return filepath.Clean(repo) + ".run" }
 
 // loadConfig sets Config from ConfigName, or for a new run from
 // DefaultConfigName, and applies Tokenizer to it.
@@ -177,13 +192,33 @@ func Exists(dir string) bool {
 // or another, is refused with the holder's pid and command. Leftovers of
 // interrupted writes (checkpoints/.tmp-*, temporary files) are removed.
 func Open(dir string, opts OpenOptions) (*Session, error) {
+	log := opts.Log
+	if log == nil {
+		log = io.Discard
+	}
+	if IsRepository(dir) {
+		if opts.From != "" && filepath.Clean(opts.From) != filepath.Clean(dir) {
+			return nil, fmt.Errorf("train: %s is a .forge repository; open it, or a run directory with From %s, not both", dir, opts.From)
+		}
+		opts.From, dir = dir, RunDirOf(dir)
+		fmt.Fprintf(log, "%s is a .forge repository: its run directory is %s\n", opts.From, dir)
+	}
+	var from *Snapshot
+	if opts.From != "" && !Exists(dir) {
+		snap, err := LoadRepository(opts.From, opts.FromRevision)
+		if err != nil {
+			return nil, err
+		}
+		if err := opts.fromRepository(snap); err != nil {
+			return nil, err
+		}
+		from = snap
+		fmt.Fprintf(log, "starting from %s at revision %s (step %d of its training)\n", opts.From, snap.Revision[:12], snap.Step)
+	}
 	if err := opts.loadConfig(dir); err != nil {
 		return nil, err
 	}
-	s := &Session{dir: dir, log: opts.Log}
-	if s.log == nil {
-		s.log = io.Discard
-	}
+	s := &Session{dir: dir, log: log, from: from}
 	if len(opts.Data) > 0 {
 		if Exists(dir) {
 			return nil, fmt.Errorf("train: %s already holds a run with its own data (%w); choose a new directory to train on %s", dir, ErrRunHasData, strings.Join(opts.Data, ", "))
@@ -276,9 +311,12 @@ func (s *Session) create(opts OpenOptions) error {
 	}
 	var tok tokenizer.Tokenizer
 	var err error
-	if opts.Prepared != "" {
+	switch {
+	case s.from != nil:
+		tok, err = prepareWith(s.from.Tokenizer, texts, source, cfg, filepath.Join(s.dir, DataDir), s.log, false)
+	case opts.Prepared != "":
 		tok, err = usePrepared(opts.Prepared, filepath.Join(s.dir, DataDir), &cfg)
-	} else {
+	default:
 		tok, err = prepare(texts, source, cfg, filepath.Join(s.dir, DataDir), s.log, !opts.NoCache)
 	}
 	if err != nil {
@@ -297,6 +335,11 @@ func (s *Session) create(opts OpenOptions) error {
 	}
 	if err := s.build(); err != nil {
 		return err
+	}
+	if s.from != nil {
+		if err := s.startFrom(opts.From); err != nil {
+			return err
+		}
 	}
 	if s.tokenSums, err = tokenFileSums(s.dir); err != nil {
 		return err
@@ -373,6 +416,7 @@ func (s *Session) resume(opts OpenOptions) error {
 	if err := s.build(); err != nil {
 		return err
 	}
+	s.repo = readFrom(s.dir)
 	return s.loadLatest()
 }
 
@@ -851,6 +895,14 @@ func (s *Session) setAsideLog(st *State, why error) ([]Metrics, error) {
 // prepare trains the tokenizer on texts and writes the token files into
 // dir, reusing an earlier preparation of the same text from the cache.
 func prepare(texts []string, source string, cfg Config, dir string, log io.Writer, useCache bool) (tokenizer.Tokenizer, error) {
+	return prepareWith(nil, texts, source, cfg, dir, log, useCache)
+}
+
+// prepareWith is prepare with the tokenizer given (tok != nil: a run
+// started from a repository keeps the model's tokenizer; nothing is
+// cached then) or trained (tok == nil).
+func prepareWith(tok tokenizer.Tokenizer, texts []string, source string, cfg Config, dir string, log io.Writer, useCache bool) (tokenizer.Tokenizer, error) {
+	useCache = useCache && tok == nil
 	h := sha256.New()
 	for _, t := range texts {
 		fmt.Fprintf(h, "%d:", len(t))
@@ -877,11 +929,12 @@ func prepare(texts []string, source string, cfg Config, dir string, log io.Write
 	for _, t := range texts {
 		size += len(t)
 	}
-	var tok tokenizer.Tokenizer
 	start := time.Now()
-	if cfg.Tokenizer == "char" {
+	switch {
+	case tok != nil:
+	case cfg.Tokenizer == "char":
 		tok = tokenizer.TrainChar(strings.Join(texts, ""))
-	} else {
+	default:
 		fmt.Fprintf(log, "training a %d-token BPE on %s of text…\n", cfg.Model.Vocab, humanBytes(size))
 		bpe, err := tokenizer.TrainBPE(strings.Join(texts, ""), cfg.Model.Vocab, tokenizer.BPEOptions{})
 		if err != nil {
