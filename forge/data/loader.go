@@ -4,6 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"iter"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 )
 
 // Loader serves training batches from a token file: random windows for
@@ -15,26 +19,37 @@ import (
 // not be truncated or rewritten in place (WriteTokens and Prepare replace
 // files by renaming, which is safe).
 type Loader struct {
-	path    string
-	data    []byte // the whole file; nil after Close
-	release func() error
-	n       int // tokens in the file
+	path    string  // the file, or the directory of shards
+	shards  []shard // nil after Close
+	n       int     // tokens in all shards
+	starts  uint64  // window start positions in all shards
 	batch   int
 	context int
 	seed    uint64
 	rng     RNGState
 	batches uint64
+	closed  bool
+}
+
+// shard is one mapped token file of a Loader.
+type shard struct {
+	path    string
+	data    []byte
+	release func() error
+	n       int // tokens
 }
 
 // LoaderState is what a Loader needs to resume its sequence of batches
-// exactly; it is plain data that encoding/json round-trips. Tokens, Batch
-// and Context describe the loader it came from, so SetState can refuse a
-// state saved for another file or shape.
+// exactly; it is plain data that encoding/json round-trips. Tokens,
+// Shards, Batch and Context describe the loader it came from, so SetState
+// can refuse a state saved for other files or another shape. (The shard
+// and position of every window follow from the generator's state.)
 type LoaderState struct {
-	Seed    uint64   `json:"seed,string"` // the seed the loader was opened with
-	RNG     RNGState `json:"rng"`         // the generator's state after Batches batches
-	Batches uint64   `json:"batches"`     // batches drawn by Next so far
-	Tokens  int      `json:"tokens"`      // tokens in the file
+	Seed    uint64   `json:"seed,string"`      // the seed the loader was opened with
+	RNG     RNGState `json:"rng"`              // the generator's state after Batches batches
+	Batches uint64   `json:"batches"`          // batches drawn by Next so far
+	Tokens  int      `json:"tokens"`           // tokens in the file (all shards)
+	Shards  int      `json:"shards,omitempty"` // token files of a directory of shards (0 or 1: one file)
 	Batch   int      `json:"batch"`
 	Context int      `json:"context"`
 }
@@ -43,33 +58,63 @@ type LoaderState struct {
 // context tokens each, drawn at random from a generator seeded with seed.
 // It validates the file as ParseTokens does, and refuses one with fewer
 // than context+1 tokens. Close the Loader when done.
+//
+// path may also be a directory of shards, token files named *.bin (as
+// `forge prepare` writes train/ and val/ for a large corpus): the Loader
+// then serves windows from all of them as if they were one file, except
+// that no window spans two shards. Each shard needs context+1 tokens.
 func OpenLoader(path string, batch, context int, seed uint64) (*Loader, error) {
 	if batch < 1 || context < 1 {
 		return nil, fmt.Errorf("data: opening %s: batch (%d) and context (%d) must both be at least 1", path, batch, context)
 	}
-	b, release, err := mapFile(path)
+	files := []string{path}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		if files, err = ShardFiles(path); err != nil {
+			return nil, err
+		}
+	}
+	l := &Loader{path: path, batch: batch, context: context, seed: seed, rng: newRNG(seed)}
+	for _, f := range files {
+		b, release, err := mapFile(f)
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		h, err := checkHeader(f, b)
+		if err == nil && h.count <= context {
+			err = fmt.Errorf("data: %s: %d tokens are too few for context %d: a window needs at least %d (context+1); use a smaller context, or more text (or a larger ValFraction for val.bin) in `forge prepare`",
+				f, h.count, context, int64(context)+1)
+		}
+		if err != nil {
+			release()
+			l.Close()
+			return nil, err
+		}
+		l.shards = append(l.shards, shard{path: f, data: b, release: release, n: h.count})
+		l.n += h.count
+		l.starts += uint64(h.count - context)
+	}
+	return l, nil
+}
+
+// ShardFiles lists the token files (*.bin) of a directory of shards, in
+// name order; a directory with none is an error.
+func ShardFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("data: %v", err)
 	}
-	h, err := checkHeader(path, b)
-	if err == nil && h.count <= context {
-		err = fmt.Errorf("data: %s: %d tokens are too few for context %d: a window needs at least %d (context+1); use a smaller context, or more text (or a larger ValFraction for val.bin) in `forge prepare`",
-			path, h.count, context, int64(context)+1)
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".bin") && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
 	}
-	if err != nil {
-		release()
-		return nil, err
+	if len(out) == 0 {
+		return nil, fmt.Errorf("data: %s holds no token files (*.bin); give a token file or a directory of shards `forge prepare` wrote", dir)
 	}
-	return &Loader{
-		path:    path,
-		data:    b,
-		release: release,
-		n:       h.count,
-		batch:   batch,
-		context: context,
-		seed:    seed,
-		rng:     newRNG(seed),
-	}, nil
+	sort.Strings(out)
+	return out, nil
 }
 
 // Path returns the file the Loader reads.
@@ -84,40 +129,56 @@ func (l *Loader) Batch() int { return l.batch }
 // Context returns the number of tokens per window of input.
 func (l *Loader) Context() int { return l.context }
 
-// Close releases the file (unmapping it). It is safe to call twice; the
+// Shards returns the number of token files the Loader reads.
+func (l *Loader) Shards() int { return len(l.shards) }
+
+// Close releases the files (unmapping them). It is safe to call twice; the
 // Loader serves no batches afterwards.
 func (l *Loader) Close() error {
-	if l.release == nil {
-		return nil
+	var first error
+	for _, s := range l.shards {
+		if err := s.release(); err != nil && first == nil {
+			first = fmt.Errorf("data: closing %s: %w", s.path, err)
+		}
 	}
-	err := l.release()
-	l.data, l.release = nil, nil
-	if err != nil {
-		return fmt.Errorf("data: closing %s: %w", l.path, err)
-	}
-	return nil
+	l.shards, l.closed = nil, true
+	return first
 }
 
 func (l *Loader) mustBeOpen(op string) {
-	if l.release == nil {
+	if l.closed {
 		panic(fmt.Sprintf("data: Loader.%s on %s after Close", op, l.path))
 	}
 }
 
-// token returns token i of the file.
-func (l *Loader) token(i int) int32 {
-	return int32(binary.LittleEndian.Uint16(l.data[HeaderBytes+2*i:]))
+// token returns token i of shard s.
+func (s *shard) token(i int) int32 {
+	return int32(binary.LittleEndian.Uint16(s.data[HeaderBytes+2*i:]))
 }
 
-// window writes the context tokens from position pos into x and the
-// context tokens from pos+1 into y.
-func (l *Loader) window(pos int, x, y []int32) {
-	prev := l.token(pos)
+// window writes the context tokens from position pos of shard s into x
+// and the context tokens from pos+1 into y.
+func (s *shard) window(pos int, x, y []int32) {
+	prev := s.token(pos)
 	for i := range x {
-		next := l.token(pos + i + 1)
+		next := s.token(pos + i + 1)
 		x[i], y[i] = prev, next
 		prev = next
 	}
+}
+
+// at maps a window start over all shards (0..starts-1) to its shard and
+// the position in it.
+func (l *Loader) at(p uint64) (*shard, int) {
+	for i := range l.shards {
+		s := &l.shards[i]
+		k := uint64(s.n - l.context)
+		if p < k {
+			return s, int(p)
+		}
+		p -= k
+	}
+	panic("data: window start out of range")
 }
 
 // Next returns the next training batch: x holds batch windows of context
@@ -125,7 +186,8 @@ func (l *Loader) window(pos int, x, y []int32) {
 // same windows shifted one token on, the targets. Each window starts at a
 // position drawn uniformly from [0, Tokens()-context-1], independently of
 // the others, so windows may overlap. The positions depend only on the
-// seed and the number of batches drawn before.
+// seed and the number of batches drawn before. Over shards, every window
+// start of every shard is equally likely.
 func (l *Loader) Next() (x, y []int32) {
 	x = make([]int32, l.batch*l.context)
 	y = make([]int32, l.batch*l.context)
@@ -142,10 +204,9 @@ func (l *Loader) NextInto(x, y []int32) {
 		panic(fmt.Sprintf("data: Loader.NextInto: x and y need %d×%d = %d values each, got %d and %d",
 			l.batch, l.context, size, len(x), len(y)))
 	}
-	starts := uint64(l.n - l.context) // positions 0..n-context-1
 	for b := 0; b < l.batch; b++ {
-		pos := int(l.rng.below(starts))
-		l.window(pos, x[b*l.context:(b+1)*l.context], y[b*l.context:(b+1)*l.context])
+		s, pos := l.at(l.rng.below(l.starts))
+		s.window(pos, x[b*l.context:(b+1)*l.context], y[b*l.context:(b+1)*l.context])
 	}
 	l.batches++
 }
@@ -158,6 +219,7 @@ func (l *Loader) State() LoaderState {
 		RNG:     l.rng,
 		Batches: l.batches,
 		Tokens:  l.n,
+		Shards:  l.shardCount(),
 		Batch:   l.batch,
 		Context: l.context,
 	}
@@ -170,9 +232,9 @@ func (l *Loader) State() LoaderState {
 // generator state, and leaves the Loader unchanged then.
 func (l *Loader) SetState(s LoaderState) error {
 	switch {
-	case s.Tokens != l.n:
-		return fmt.Errorf("data: %s: the loader state was saved for a file of %d tokens, this one has %d; resume with the file the run started with (or start a new run)",
-			l.path, s.Tokens, l.n)
+	case s.Tokens != l.n || max(s.Shards, 1) != max(l.shardCount(), 1):
+		return fmt.Errorf("data: %s: the loader state was saved for %s of %d tokens, this one has %d in %s; resume with the files the run started with (or start a new run)",
+			l.path, shardsOf(s.Shards), s.Tokens, l.n, shardsOf(l.shardCount()))
 	case s.Batch != l.batch || s.Context != l.context:
 		return fmt.Errorf("data: %s: the loader state was saved for batch %d, context %d; this loader has batch %d, context %d; open it with the saved shape to resume",
 			l.path, s.Batch, s.Context, l.batch, l.context)
@@ -183,23 +245,63 @@ func (l *Loader) SetState(s LoaderState) error {
 	return nil
 }
 
+// shardCount is the Shards of a State: 0 for a single file.
+func (l *Loader) shardCount() int {
+	if len(l.shards) == 1 && l.shards[0].path == l.path {
+		return 0
+	}
+	return len(l.shards)
+}
+
+func shardsOf(n int) string {
+	if n <= 1 {
+		return "one file"
+	}
+	return fmt.Sprintf("%d shards", n)
+}
+
 // Batches returns the number of batches Next has drawn (including those
 // counted in a state restored by SetState).
 func (l *Loader) Batches() uint64 { return l.batches }
 
-// EvalWindows returns the number of windows Eval walks: (Tokens()-1)/context.
-func (l *Loader) EvalWindows() int { return (l.n - 1) / l.context }
+// EvalWindows returns the number of windows Eval walks: (Tokens()-1)/context
+// for one file, that per shard summed over shards.
+func (l *Loader) EvalWindows() int {
+	n := 0
+	for _, s := range l.shards {
+		n += (s.n - 1) / l.context
+	}
+	return n
+}
 
 // Eval walks the file from its start in consecutive windows that do not
 // overlap: window i has inputs tokens[i·context : (i+1)·context] and targets
-// one token on. It yields them in batches of up to Batch() windows, laid out
-// as Next's, as (x, y); the last batch may hold fewer windows. maxBatches > 0
-// stops after that many batches. Eval is deterministic and leaves the random
-// sequence of Next untouched. Each yielded slice is new, so callers may keep
-// it.
+// one token on (shard after shard, for a directory). It yields them in
+// batches of up to Batch() windows, laid out as Next's, as (x, y); the last
+// batch may hold fewer windows. maxBatches > 0 stops after that many
+// batches. Eval is deterministic and leaves the random sequence of Next
+// untouched. Each yielded slice is new, so callers may keep it.
 func (l *Loader) Eval(maxBatches int) iter.Seq2[[]int32, []int32] {
 	return func(yield func(x, y []int32) bool) {
 		l.mustBeOpen("Eval")
+		type win struct {
+			s   *shard
+			pos int
+		}
+		next := func() func() (win, bool) {
+			si, wi := 0, 0
+			return func() (win, bool) {
+				for si < len(l.shards) {
+					s := &l.shards[si]
+					if wi < (s.n-1)/l.context {
+						wi++
+						return win{s, (wi - 1) * l.context}, true
+					}
+					si, wi = si+1, 0
+				}
+				return win{}, false
+			}
+		}()
 		windows := l.EvalWindows()
 		for start, nb := 0, 0; start < windows; start, nb = start+l.batch, nb+1 {
 			if maxBatches > 0 && nb == maxBatches {
@@ -209,7 +311,8 @@ func (l *Loader) Eval(maxBatches int) iter.Seq2[[]int32, []int32] {
 			x := make([]int32, k*l.context)
 			y := make([]int32, k*l.context)
 			for w := range k {
-				l.window((start+w)*l.context, x[w*l.context:(w+1)*l.context], y[w*l.context:(w+1)*l.context])
+				v, _ := next()
+				v.s.window(v.pos, x[w*l.context:(w+1)*l.context], y[w*l.context:(w+1)*l.context])
 			}
 			if !yield(x, y) {
 				return
