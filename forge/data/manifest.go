@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/forgeml/forge/internal/atomicfile"
 )
@@ -50,7 +51,7 @@ func RemoveManifest(dir string) error {
 func WriteManifest(dir string, names ...string) error {
 	m := manifest{Format: manifestFormat}
 	for _, n := range names {
-		size, sum, err := digest(filepath.Join(dir, n))
+		size, sum, err := digest(filepath.Join(dir, filepath.FromSlash(n)))
 		if err != nil {
 			return fmt.Errorf("data: manifest: %v", err)
 		}
@@ -77,10 +78,12 @@ func VerifyManifest(dir string) error {
 		return fmt.Errorf("data: %s is damaged; run forge prepare again", path)
 	}
 	for _, f := range m.Files {
-		if f.Name != filepath.Base(f.Name) {
-			return fmt.Errorf("data: %s names %q, not a file of its directory; run forge prepare again", path, f.Name)
+		// A name is a file of the directory or of a subdirectory (the
+		// shards train/000000.bin), written with slashes; nothing outside.
+		if !filepath.IsLocal(filepath.FromSlash(f.Name)) || strings.ContainsRune(f.Name, '\\') {
+			return fmt.Errorf("data: %s names %q, not a file inside its directory; run forge prepare again", path, f.Name)
 		}
-		size, sum, err := digest(filepath.Join(dir, f.Name))
+		size, sum, err := digest(filepath.Join(dir, filepath.FromSlash(f.Name)))
 		if err != nil {
 			return fmt.Errorf("data: %s: %v; run forge prepare again", dir, err)
 		}

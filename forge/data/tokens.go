@@ -266,6 +266,14 @@ func checkCount(path string, n int) error {
 	return nil
 }
 
+// Header returns the header of a token file of count tokens, for writers
+// that stream tokens and fill the count in last.
+func Header(count int) []byte {
+	b := make([]byte, HeaderBytes)
+	putHeader(b, count)
+	return b
+}
+
 // putHeader fills the HeaderBytes of b with the header for count tokens.
 func putHeader(b []byte, count int) {
 	clear(b[:HeaderBytes])
