@@ -41,11 +41,11 @@ const (
 
 // Source is one stream of documents.
 type Source struct {
-	Name   string  // as the user named it (a path, a glob, hf:org/name, a preset)
-	Kind   string  // KindText, KindJSONL, KindParquet or KindHub
+	Name   string   // as the user named it (a path, a glob, hf:org/name, a preset)
+	Kind   string   // KindText, KindJSONL, KindParquet or KindHub
 	Paths  []string // local files, resolved (text, jsonl, parquet)
-	Field  string  // the text field (JSONL, Parquet, hub); "text" when empty
-	Weight float64 // share in a mixture (> 0)
+	Field  string   // the text field (JSONL, Parquet, hub); "text" when empty
+	Weight float64  // share in a mixture (> 0)
 
 	// Hub datasets.
 	Repo    string // org/name
