@@ -686,6 +686,16 @@ func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error
 func (s *Session) TrainWith(ctx context.Context, n int, opts RunOptions, cbs ...Callback) (int, error) {
 	all := append([]Callback{s.record}, cbs...)
 	from, start := s.trainer.StepCount(), time.Now()
+	// A WSD run asked for more steps than its config has goes on at its
+	// plateau and cools down at the new end (Trainer.Extend); the run
+	// directory's config records the new length, so a resumed run has
+	// the same schedule.
+	if s.trainer.Extend(from + n) {
+		s.config.Steps = s.trainer.Config.Steps
+		if err := writeJSON(filepath.Join(s.dir, ConfigFile), s.config); err != nil {
+			return 0, err
+		}
+	}
 	done, err := s.trainer.RunWith(ctx, n, opts, all...)
 	s.summarize(from, done, start, ctx.Err() != nil)
 	// A diverged run keeps its last checkpoint: the steps since led there.
