@@ -126,3 +126,32 @@ func TestCheckpointLowersPeak(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleConfigs: gpt-200m has the seed's 205.5 M parameters
+// (205,546,496, the formula in its comment) with every block
+// checkpointed; gpt-50m-deep is about 50 M, 24 blocks of width 384, every
+// other one checkpointed; both fit the estimate they print with far
+// fewer activations than unchecked.
+func TestScaleConfigs(t *testing.T) {
+	big, err := LoadConfig("gpt-200m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := big.Model.Params(); n != 205_546_496 || !big.Model.Checkpoint.All() {
+		t.Errorf("gpt-200m: %d parameters, checkpoint %v; want 205,546,496 and true", n, big.Model.Checkpoint)
+	}
+	deep, err := LoadConfig("gpt-50m-deep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, m := deep.Model.Params(), deep.Model; n < 45e6 || n > 55e6 || m.Layers != 24 || m.Dim != 384 || m.Checkpoint.Count(24) != 12 {
+		t.Errorf("gpt-50m-deep: %d parameters, %d layers of %d, %d checkpointed", n, m.Layers, m.Dim, m.Checkpoint.Count(24))
+	}
+	for _, c := range []Config{big, deep} {
+		plain := c
+		plain.Model.Checkpoint = gpt.Blocks{}
+		if ck, pl := c.MemoryNeeded().Activations, plain.MemoryNeeded().Activations; ck > 0.7*pl {
+			t.Errorf("%s: activations %.2f GB checkpointed, %.2f GB plain; want well under", c.Name, ck/1e9, pl/1e9)
+		}
+	}
+}
