@@ -1,6 +1,7 @@
 package forge
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -203,5 +204,35 @@ func TestCheckpointPhaseAndScope(t *testing.T) {
 	})
 	if err := Try(func() { Checkpoint(func(x *Tensor) *Tensor { return x.MatMul(b.w1.T()) }, x) }); err == nil || !strings.Contains(err.Error(), "matmul") {
 		t.Errorf("a failing fn: got %v, want its panic", err)
+	}
+}
+
+// TestCheckpointTripwire: the NaN tripwire catches a non-finite value in
+// a checkpointed function's forward (phase forward, in its scope) and in
+// its recomputed backward (phase backward), and the autograd state is
+// whole afterwards: recording is on and a plain backward runs.
+func TestCheckpointTripwire(t *testing.T) {
+	SetTripwire(true)
+	defer SetTripwire(false)
+	x := FromSlice([]float32{-1, 4}, 2).RequiresGrad()
+	err := Try(func() { Scope("blk", func() { Checkpoint(func(x *Tensor) *Tensor { return x.Log() }, x) }) })
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Trip == nil || fe.Trip.Phase != PhaseForward || fe.Trip.Scope != "blk" {
+		t.Fatalf("a NaN in the forward: %v, want a trip in blk's forward", err)
+	}
+	z := FromSlice([]float32{0, 4}, 2).RequiresGrad()
+	var y *Tensor
+	Scope("blk", func() { y = Checkpoint(func(x *Tensor) *Tensor { return x.Sqrt() }, z) })
+	err = Try(func() { y.Sum().Backward() })
+	if !errors.As(err, &fe) || fe.Trip == nil || fe.Trip.Phase != PhaseBackward {
+		t.Fatalf("an infinity in the backward: %v, want a trip in the backward", err)
+	}
+	if !GradEnabled() || CurrentPhase() != PhaseForward || curArena != nil || curRNGLog != nil {
+		t.Fatalf("after the trip: recording %v, phase %v, arena %v, rng log %v", GradEnabled(), CurrentPhase(), curArena, curRNGLog)
+	}
+	w := FromSlice([]float32{1, 2}, 2).RequiresGrad()
+	w.Square().Sum().Backward()
+	if g := w.Grad().Float32s(); g[0] != 2 || g[1] != 4 {
+		t.Errorf("a backward after the trip: %v, want [2 4]", g)
 	}
 }
