@@ -236,3 +236,50 @@ func TestCheckpointTripwire(t *testing.T) {
 		t.Errorf("a backward after the trip: %v, want [2 4]", g)
 	}
 }
+
+// TestCheckpointNestedAndInputWithoutGrad: a checkpoint inside a
+// checkpointed function, and a checkpointed function whose input needs
+// no gradient (only its parameters do), give the plain gradients bit for
+// bit, dropout included.
+func TestCheckpointNestedAndInputWithoutGrad(t *testing.T) {
+	run := func(nested bool, xGrad bool) [][]float32 {
+		init, drop := NewGenerator(7), NewGenerator(11)
+		b1 := newCkptBlock(init, DefaultDevice(), 8, 24, 0.3, drop)
+		b2 := newCkptBlock(init, DefaultDevice(), 8, 24, 0.3, drop)
+		x := init.Randn(Float32, 6, 8)
+		if xGrad {
+			x.RequiresGrad()
+		}
+		two := func(h *Tensor) *Tensor { return b2.forward(b1.forward(h)) }
+		if nested {
+			two = func(h *Tensor) *Tensor {
+				return Checkpoint(b2.forward, Checkpoint(b1.forward, h))
+			}
+		}
+		var y *Tensor
+		if nested {
+			y = Checkpoint(two, x)
+		} else {
+			y = two(x)
+		}
+		y.Square().Mean().Backward()
+		var gs [][]float32
+		if xGrad {
+			gs = append(gs, x.Grad().Float32s())
+		}
+		for _, w := range append(b1.params(), b2.params()...) {
+			gs = append(gs, w.Grad().Float32s())
+		}
+		return gs
+	}
+	for _, xGrad := range []bool{true, false} {
+		want, got := run(false, xGrad), run(true, xGrad)
+		for i := range want {
+			for j := range want[i] {
+				if got[i][j] != want[i][j] {
+					t.Fatalf("input grad %v: gradient %d [%d] = %v nested, %v plain", xGrad, i, j, got[i][j], want[i][j])
+				}
+			}
+		}
+	}
+}
