@@ -14,7 +14,8 @@ import (
 // TestCheckpointResumeIsExact: a run with every block checkpointed and
 // dropout on, stopped after 7 steps and resumed for 3, has the losses of
 // the uninterrupted 10 steps, and those of the same run without
-// checkpointing, bit for bit.
+// checkpointing, bit for bit; so does a plain run resumed at step 7 with
+// checkpointing turned on.
 func TestCheckpointResumeIsExact(t *testing.T) {
 	plain := testRunConfig()
 	cfg := plain
@@ -54,6 +55,28 @@ func TestCheckpointResumeIsExact(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("step %d: resumed loss %v, uninterrupted %v", i+1, got[i], want[i])
+		}
+	}
+
+	// A plain run resumed with checkpointing turned on (it changes what
+	// the backward keeps, not the model) goes on as it would have.
+	dir = t.TempDir()
+	p := openTest(t, dir, &plain)
+	if _, err := p.Train(context.Background(), 7); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	q := openTest(t, dir, &cfg)
+	defer q.Close()
+	if !q.Resumed() || !q.Config().Model.Checkpoint.All() {
+		t.Fatalf("resumed %v with checkpoint %v", q.Resumed(), q.Config().Model.Checkpoint)
+	}
+	if _, err := q.Train(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range losses(q.trainer.History) {
+		if l != want[i] {
+			t.Fatalf("step %d: loss %v after turning checkpointing on at step 7, want %v", i+1, l, want[i])
 		}
 	}
 }

@@ -351,7 +351,11 @@ func (s *Session) resume(opts OpenOptions) error {
 		if o.Tokenizer == "char" {
 			o.Model.Vocab = cfg.Model.Vocab
 		}
-		if o.Model != cfg.Model || o.Batch != cfg.Batch || o.Seed != cfg.Seed || o.Tokenizer != cfg.Tokenizer {
+		// Checkpointing changes what the backward keeps, not the model:
+		// a run may resume with it turned on or off.
+		om, cm := o.Model, cfg.Model
+		om.Checkpoint, cm.Checkpoint = gpt.Blocks{}, gpt.Blocks{}
+		if om != cm || o.Batch != cfg.Batch || o.Seed != cfg.Seed || o.Tokenizer != cfg.Tokenizer {
 			return fmt.Errorf("train: %s holds a run of another model or batch shape (%s); open it without a config to resume it, or choose a new directory", s.dir, cfg.Name)
 		}
 		if err := o.Validate(); err != nil {
