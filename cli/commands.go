@@ -331,7 +331,14 @@ func describe(c gpt.Config) string {
 	if c.Untied {
 		tied = "untied"
 	}
-	return fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, c.MLP, c.Position, attn, tied)
+	s := fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, c.MLP, c.Position, attn, tied)
+	switch {
+	case c.Checkpoint.All():
+		s += ", every block checkpointed"
+	case !c.Checkpoint.IsZero():
+		s += ", blocks " + c.Checkpoint.String() + " checkpointed"
+	}
+	return s
 }
 
 func cmdPrepare(e *env, args []string) error {

@@ -24,6 +24,11 @@
 // once its rule has run, so activations can be collected before the
 // backward pass ends. NoGrad(fn) runs fn without recording.
 //
+// Checkpoint(fn, x) trades compute for memory: it keeps only x and fn(x),
+// and the backward runs fn again, with the generators fn drew from put
+// back, to backpropagate through it; the gradients are those of fn(x)
+// bit for bit on a deterministic backend.
+//
 // Graph recording and the default device are process-wide settings: build
 // and differentiate a graph from one goroutine at a time.
 //

@@ -72,9 +72,10 @@ func pin(t *Tensor) { t.storageOwner().pinned = true }
 
 // What freed a tensor's memory, for the message of a later use.
 const (
-	freedByCollect  = "at the end of the forge.Collect that allocated it; call forge.Keep on tensors that must outlive it"
-	freedByBackward = "by Backward, which consumed it"
-	freedByRelease  = "by ReleaseGrad (a trainer releases the previous step's gradients when the next step starts); copy a gradient to keep it"
+	freedByCollect    = "at the end of the forge.Collect that allocated it; call forge.Keep on tensors that must outlive it"
+	freedByBackward   = "by Backward, which consumed it"
+	freedByCheckpoint = "by forge.Checkpoint, which keeps only its input and result (Backward computes the rest again)"
+	freedByRelease    = "by ReleaseGrad (a trainer releases the previous step's gradients when the next step starts); copy a gradient to keep it"
 )
 
 // release frees t's memory now; why says what freed it. t must own its

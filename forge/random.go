@@ -54,6 +54,9 @@ func (g *Generator) SetState(s [4]uint64) { g.s = s }
 
 // Uint64 returns the next 64 random bits (xoshiro256**).
 func (g *Generator) Uint64() uint64 {
+	if curRNGLog != nil {
+		noteDraw(g) // inside a Checkpoint: its backward replays the draws
+	}
 	s := &g.s
 	r := bits.RotateLeft64(s[1]*5, 7) * 9
 	t := s[1] << 17

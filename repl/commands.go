@@ -290,6 +290,7 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer().Kind(), r.Tokenizer().VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
 		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
+	fmt.Fprintf(w, "memory    at least %s to train\n", c.MemoryNeeded())
 	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s)\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s))
 	// What the kernels run with: for the CPU the BLAS library, its kernels
 	// and who chose them.

@@ -148,13 +148,18 @@ func TestTranscript(t *testing.T) {
 	}
 }
 
-// :info says what the device runs its kernels with, in Describe's words.
+// :info says what the device runs its kernels with, in Describe's words,
+// and the memory training needs.
 func TestInfoDevice(t *testing.T) {
 	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
 	s, out, dir := newTestSession(t)
 	got := transcript(t, s, out, ":new "+filepath.Join(dir, "micro.json")+" "+filepath.Join(dir, "run")+"\n:info", dir)
 	want := "\ndevice    " + forge.DefaultDevice().Describe() + "\n"
 	if !strings.Contains(strings.ReplaceAll(out.String(), dir, "$DIR"), want) {
+		t.Errorf(":info lacks %q:\n%s", want, got)
+	}
+	// and the training memory estimate (train.Config.MemoryNeeded).
+	if want := "\nmemory    at least " + s.run.Config().MemoryNeeded().String() + " to train\n"; !strings.Contains(out.String(), want) {
 		t.Errorf(":info lacks %q:\n%s", want, got)
 	}
 }

@@ -40,6 +40,13 @@ type Config struct {
 	Untied    bool    `json:"untied"`     // a separate output head instead of the tied embedding
 	Dropout   float64 `json:"dropout"`    // residual dropout while training
 	InitStd   float64 `json:"init_std"`   // 0.02
+
+	// Checkpoint is the blocks whose activations are recomputed during
+	// the backward instead of kept (forge.Checkpoint): false (none), true
+	// (every block) or a list of block indices [0, 2, 5]. The gradients
+	// are the same; the memory of a block's activations is traded for
+	// running its forward twice.
+	Checkpoint Blocks `json:"checkpoint_activations,omitzero"`
 }
 
 // DefaultConfig is the `small` model: V4096 d256 L6 H8 T256, SwiGLU 1024,
@@ -128,6 +135,11 @@ func (c Config) Validate() error {
 		return bad("dropout %g: want 0 <= p < 1", c.Dropout)
 	case c.NormEps < 0 || c.InitStd < 0 || c.RoPETheta < 0:
 		return bad("norm_eps, init_std and rope_theta must not be negative")
+	}
+	for _, i := range c.Checkpoint.Indices() {
+		if i >= c.Layers {
+			return bad("checkpoint_activations: block %d is out of range: the model has %d blocks (0..%d)", i, c.Layers, c.Layers-1)
+		}
 	}
 	return nil
 }

@@ -149,7 +149,14 @@ func (m *Model) Forward(ids *forge.Tensor, cache *Cache) *forge.Tensor {
 			kv = cache.Layers[i]
 		}
 		// Profiles attribute the block's forward kernels to "blocks.i".
-		forge.ScopeIndexed("blocks", i, func() { x = b.Forward(x, kv) })
+		forge.ScopeIndexed("blocks", i, func() {
+			if kv == nil && m.Config.Checkpoint.Has(i) {
+				// Only x is kept; the backward runs the block again.
+				x = forge.Checkpoint(func(x *forge.Tensor) *forge.Tensor { return b.Forward(x, nil) }, x)
+				return
+			}
+			x = b.Forward(x, kv)
+		})
 	}
 	x = m.NormF.Forward(x)
 	if m.Head != nil {

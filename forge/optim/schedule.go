@@ -26,8 +26,18 @@ func (s WarmupCosine) At(step int) float64 {
 
 // WSD is the warmup–stable–decay schedule: the same linear warmup as
 // WarmupCosine over the first Warmup steps, LR held constant until step
-// Total−Decay, then a linear decay reaching MinLR at step Total, and MinLR
-// after. Decay is clamped to the steps left after the warmup.
+// Total−Decay, then the 1−√ cool-down reaching MinLR at step Total, and
+// MinLR after:
+//
+//	r     = (step − (Total−Decay)) / Decay      // 0 → 1 over the cool-down
+//	lr(r) = MinLR + (LR − MinLR)·(1 − √r)
+//
+// Decay is clamped to the steps left after the warmup. The cool-down
+// falls fastest at its start and flattens towards MinLR (the seed's
+// shape; a linear one spends longer at high rates). Since the plateau is
+// flat, a run can be extended: a WSD with a larger Total gives the same
+// rates up to the old plateau's end and keeps LR until its own cool-down
+// (train.Trainer.Extend).
 type WSD struct {
 	LR, MinLR            float64
 	Warmup, Decay, Total int
@@ -47,7 +57,7 @@ func (s WSD) At(step int) float64 {
 		return s.LR
 	}
 	r := float64(step-start) / float64(decay)
-	return s.LR + r*(s.MinLR-s.LR)
+	return s.MinLR + (s.LR-s.MinLR)*(1-math.Sqrt(r))
 }
 
 func warmup(lr float64, n, step int) float64 {

@@ -47,8 +47,9 @@ func TestWSD(t *testing.T) {
 		{3, lr},
 		{39, lr},
 		{40, lr}, // decay starts at Total−Decay
-		{45, lr + 0.5*(minLR-lr)},
-		{49, lr + 0.9*(minLR-lr)},
+		{41, minLR + (lr-minLR)*(1-math.Sqrt(0.1))},
+		{45, minLR + (lr-minLR)*(1-math.Sqrt(0.5))},
+		{49, minLR + (lr-minLR)*(1-math.Sqrt(0.9))},
 		{50, minLR},
 		{99, minLR},
 	}
@@ -62,8 +63,19 @@ func TestWSD(t *testing.T) {
 	if got := short.At(2); got != 1 {
 		t.Errorf("clamped decay: At(2) = %v, want 1", got)
 	}
-	if got := short.At(6); math.Abs(got-0.5) > 1e-15 {
-		t.Errorf("clamped decay: At(6) = %v, want 0.5", got)
+	if got, want := short.At(6), 1-math.Sqrt(0.5); math.Abs(got-want) > 1e-15 {
+		t.Errorf("clamped decay: At(6) = %v, want 1 − √0.5 = %v", got, want)
+	}
+	// The 1−√ shape: below the linear ramp inside the cool-down, at
+	// a quarter of it exactly halfway down.
+	sq := WSD{LR: 1, MinLR: 0, Decay: 100, Total: 100}
+	if got := sq.At(25); math.Abs(got-0.5) > 1e-15 {
+		t.Errorf("At(25) of a 100-step cool-down from 1 to 0 = %v, want 1 − √0.25 = 0.5", got)
+	}
+	for step := 1; step < 100; step++ {
+		if got, linear := sq.At(step), 1-float64(step)/100; got >= linear {
+			t.Fatalf("At(%d) = %v, not below the linear %v", step, got, linear)
+		}
 	}
 	var _ Schedule = s
 	var _ Schedule = WarmupCosine{}

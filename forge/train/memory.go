@@ -15,17 +15,30 @@ import (
 // the MLP's gate, up and product; attention keeps no T×T matrix), plus the
 // logits. Temporaries come on top, so a run needs more than this; a
 // config that needs more than this cannot run at all.
+//
+// A block whose activations are checkpointed (gpt.Config.Checkpoint)
+// keeps only its float32 input, d_model values a token; the backward then
+// holds one block's activations at a time while it computes them again,
+// counted once.
 type Memory struct {
 	Weights, Gradients, Optimizer, Activations float64
+
+	// Checkpointed is the number of blocks recomputed in the backward,
+	// of Layers.
+	Checkpointed, Layers int
 }
 
 // Total is the sum of the parts.
 func (m Memory) Total() float64 { return m.Weights + m.Gradients + m.Optimizer + m.Activations }
 
 func (m Memory) String() string {
-	return fmt.Sprintf("%s (weights %s, gradients %s, AdamW moments %s, activations %s)",
+	ck := ""
+	if m.Checkpointed > 0 {
+		ck = fmt.Sprintf(", %d of %d blocks checkpointed", m.Checkpointed, m.Layers)
+	}
+	return fmt.Sprintf("%s (weights %s, gradients %s, AdamW moments %s, activations %s%s)",
 		numfmt.Bytes(m.Total()), numfmt.Bytes(m.Weights), numfmt.Bytes(m.Gradients),
-		numfmt.Bytes(m.Optimizer), numfmt.Bytes(m.Activations))
+		numfmt.Bytes(m.Optimizer), numfmt.Bytes(m.Activations), ck)
 }
 
 // MemoryNeeded estimates c's training memory (Memory), in float64 so that
@@ -38,8 +51,14 @@ func (c Config) MemoryNeeded() Memory {
 		act = 2
 	}
 	tokens := float64(c.Batch) * float64(r.Context)
-	perToken := float64(r.Layers)*(10*float64(r.Dim)+3*float64(r.FFNHidden))*act + 4*float64(r.PaddedVocab())
-	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: tokens * perToken}
+	block := (10*float64(r.Dim) + 3*float64(r.FFNHidden)) * act // one block's activations, a token
+	k := r.Checkpoint.Count(r.Layers)
+	perToken := float64(r.Layers-k)*block + 4*float64(r.PaddedVocab())
+	if k > 0 {
+		perToken += float64(k)*4*float64(r.Dim) + block
+	}
+	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: tokens * perToken,
+		Checkpointed: k, Layers: r.Layers}
 }
 
 // paramsFloat is gpt.Config.Params in float64, from its dominant terms

@@ -394,7 +394,11 @@ func (s *Session) resume(opts OpenOptions) error {
 		if o.Tokenizer == "char" {
 			o.Model.Vocab = cfg.Model.Vocab
 		}
-		if o.Model != cfg.Model || o.Batch != cfg.Batch || o.Seed != cfg.Seed || o.Tokenizer != cfg.Tokenizer {
+		// Checkpointing changes what the backward keeps, not the model:
+		// a run may resume with it turned on or off.
+		om, cm := o.Model, cfg.Model
+		om.Checkpoint, cm.Checkpoint = gpt.Blocks{}, gpt.Blocks{}
+		if om != cm || o.Batch != cfg.Batch || o.Seed != cfg.Seed || o.Tokenizer != cfg.Tokenizer {
 			return fmt.Errorf("train: %s holds a run of another model or batch shape (%s); open it without a config to resume it, or choose a new directory", s.dir, cfg.Name)
 		}
 		if err := o.Validate(); err != nil {
@@ -730,6 +734,16 @@ func (s *Session) Train(ctx context.Context, n int, cbs ...Callback) (int, error
 func (s *Session) TrainWith(ctx context.Context, n int, opts RunOptions, cbs ...Callback) (int, error) {
 	all := append([]Callback{s.record}, cbs...)
 	from, start := s.trainer.StepCount(), time.Now()
+	// A WSD run asked for more steps than its config has goes on at its
+	// plateau and cools down at the new end (Trainer.Extend); the run
+	// directory's config records the new length, so a resumed run has
+	// the same schedule.
+	if s.trainer.Extend(from + n) {
+		s.config.Steps = s.trainer.Config.Steps
+		if err := writeJSON(filepath.Join(s.dir, ConfigFile), s.config); err != nil {
+			return 0, err
+		}
+	}
 	done, err := s.trainer.RunWith(ctx, n, opts, all...)
 	s.summarize(from, done, start, ctx.Err() != nil)
 	// A diverged run keeps its last checkpoint: the steps since led there.

@@ -312,6 +312,24 @@ func (t *Trainer) SetLR(lr float64) {
 	t.lrSet = &lr
 }
 
+// Extend makes a WSD run's schedule end at step total instead of at
+// Config.Steps, when total is later: Config.Steps becomes total, the
+// plateau goes on at LR past the old end, and the 1−√ cool-down (Cooldown
+// of the new length) ends at total. A run whose cool-down had finished
+// returns to LR. Cosine and constant schedules are left as they are (a
+// cosine's earlier rates depend on its length; a constant one has no
+// end). It reports whether the schedule changed. RunWith calls it with
+// the step the call will reach, so asking a WSD run for more steps than
+// its config has extends it.
+func (t *Trainer) Extend(total int) bool {
+	if t.Config.Schedule != "wsd" || total <= t.Config.Steps {
+		return false
+	}
+	t.Config.Steps = total
+	t.sched = t.Config.LRSchedule()
+	return true
+}
+
 // Step runs one optimizer update: GradAccum micro-batches of forward and
 // backward (each loss divided by GradAccum), global-norm clipping, AdamW.
 // A non-finite gradient norm skips the update (the record says so). The
@@ -467,6 +485,7 @@ func (t *Trainer) RunWith(ctx context.Context, n int, opts RunOptions, cbs ...Ca
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	t.Extend(t.StepCount() + n)
 	if (opts.Tripwire || t.Config.Tripwire) && !forge.TripwireOn() {
 		forge.SetTripwire(true)
 		defer forge.SetTripwire(false)

@@ -10,12 +10,15 @@ import (
 func init() {
 	Symbols["github.com/forgeml/forge/forge/gpt/gpt"] = map[string]reflect.Value{
 		// function, constant and variable definitions
+		"AllBlocks":      reflect.ValueOf(gpt.AllBlocks),
+		"BlockList":      reflect.ValueOf(gpt.BlockList),
 		"DefaultConfig":  reflect.ValueOf(gpt.DefaultConfig),
 		"ErrEmptyPrompt": reflect.ValueOf(&gpt.ErrEmptyPrompt).Elem(),
 		"New":            reflect.ValueOf(gpt.New),
 		"ParseConfig":    reflect.ValueOf(gpt.ParseConfig),
 
 		// type definitions
+		"Blocks":          reflect.ValueOf((*gpt.Blocks)(nil)),
 		"Cache":           reflect.ValueOf((*gpt.Cache)(nil)),
 		"Config":          reflect.ValueOf((*gpt.Config)(nil)),
 		"GenerateOptions": reflect.ValueOf((*gpt.GenerateOptions)(nil)),

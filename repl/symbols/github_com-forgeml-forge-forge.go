@@ -18,6 +18,7 @@ func init() {
 		"AttentionScaled":     reflect.ValueOf(forge.AttentionScaled),
 		"AvailableMemory":     reflect.ValueOf(forge.AvailableMemory),
 		"BFloat16":            reflect.ValueOf(forge.BFloat16),
+		"Checkpoint":          reflect.ValueOf(forge.Checkpoint),
 		"Collect":             reflect.ValueOf(forge.Collect),
 		"Concat":              reflect.ValueOf(forge.Concat),
 		"CrossEntropy":        reflect.ValueOf(forge.CrossEntropy),
