@@ -17,7 +17,10 @@ import (
 //	y[n]   = Σ_j g[n,j] · expert_{top(n)_j}(x[n])
 //
 // The gates are differentiable through the selected probabilities (the
-// selection itself is piecewise constant and has no gradient).
+// selection itself is piecewise constant and has no gradient). With k = 1
+// the renormalised gate is exactly 1, so the router learns from the
+// load-balancing loss alone (Switch Transformer's top-1 gate p[n, e]
+// would differ here).
 //
 // # Dispatch
 //
@@ -29,7 +32,9 @@ import (
 // scaled by their gates and one IndexAdd scatters them back into (N, C).
 // The expert matmuls cost 2·N·k·(MLP weights) FLOPs whatever E is; the
 // router's N·C·E is the only term that grows with E. An expert that
-// receives no token is not run. Dense (the test oracle) instead runs every
+// receives no token is not run. Because an expert's matmul covers the
+// rows routed to it, a token's output can differ in the last float32 bit
+// with the other tokens of the batch (BLAS blocks by row count). Dense (the test oracle) instead runs every
 // expert on every token and weights them by gates that are zero for the
 // unselected experts.
 //
