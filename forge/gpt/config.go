@@ -45,9 +45,9 @@ type Config struct {
 	// Mixture of experts (nn.MoE): with Experts > 1 every block's MLP is E
 	// expert MLPs of the kind above (each of FFNHidden) behind a softmax
 	// router that sends each token to TopK of them.
-	Experts    int     `json:"n_experts"`    // 0 or 1 = the plain MLP; 8
-	TopK       int     `json:"moe_top_k"`    // 0 = 2 (when n_experts > 1); experts per token
-	MoEAuxCoef float64 `json:"moe_aux_coef"` // 0 = 0.01; weight of the load-balancing loss in the training loss
+	Experts    int     `json:"n_experts,omitempty"`    // 0 or 1 = the plain MLP; 8
+	TopK       int     `json:"moe_top_k,omitempty"`    // 0 = 2 (when n_experts > 1); experts per token
+	MoEAuxCoef float64 `json:"moe_aux_coef,omitempty"` // 0 = 0.01; weight of the load-balancing loss in the training loss
 }
 
 // DefaultConfig is the `small` model: V4096 d256 L6 H8 T256, SwiGLU 1024,
