@@ -50,7 +50,7 @@ func init() {
 		{"lr", "[value | schedule]", "show the learning rate, fix it to value, or return to the config's schedule", "", cmdLR, func(*Session, []string) []string { return []string{"schedule"} }},
 		{"sample", "[-n 200] [-t 0.8] [-k 40] [-p 0.95] [--seed 1] [prompt…]", "continue the prompt with the model, streaming the tokens",
 			"Without a prompt the text starts as after a line break (the tokenizers have no beginning-of-text token).\n\\n in the prompt is a line break, \\t a tab.", cmdSample, nil},
-		{"plot", "<metric…> [--last n] [--browser]", "chart metrics over the steps: loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms, loss_scale",
+		{"plot", "<metric…> [--last n] [--browser]", "chart metrics over the steps: loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms, loss_scale, memory, moe_aux, moe_load_max, moe_load_min",
 			"--browser writes a self-contained HTML page (an SVG chart per metric) to the run's plots/ directory and opens it.", cmdPlot, completeMetrics},
 		{"profile", "step | <go-expr>", "time every kernel of one training step (a real step of the run) or of a Go expression", "", cmdProfile,
 			func(*Session, []string) []string { return []string{"step"} }},
