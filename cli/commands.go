@@ -284,6 +284,10 @@ func cmdInfo(e *env, args []string) error {
 	total := m.Params()
 	emb := m.PaddedVocab() * m.Dim
 	fmt.Fprintf(e.stdout, "  parameters: %s (embedding %s, the rest %s)\n", numfmt.Thousands(total), numfmt.Thousands(emb), numfmt.Thousands(total-emb))
+	if m.MoE() {
+		fmt.Fprintf(e.stdout, "  mixture of experts: %d experts per block, top-%d per token, aux coef %g; %s parameters active per token\n",
+			m.Experts, m.TopK, m.MoEAuxCoef, numfmt.Thousands(m.ActiveParams()))
+	}
 	fpt := m.FLOPsPerToken()
 	fmt.Fprintf(e.stdout, "  training FLOPs: %.1f M per token, %.2f G per step of %d tokens (batch %d × context %d × accumulation %d)\n",
 		float64(fpt)/1e6, float64(fpt)*float64(cfg.TokensPerStep())/1e9, cfg.TokensPerStep(), cfg.Batch, m.Context, cfg.GradAccum)
@@ -318,7 +322,11 @@ func describe(c gpt.Config) string {
 	if c.Untied {
 		tied = "untied"
 	}
-	return fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, c.MLP, c.Position, attn, tied)
+	mlp := c.MLP
+	if c.MoE() {
+		mlp = fmt.Sprintf("%s × %d experts top-%d", c.MLP, c.Experts, c.TopK)
+	}
+	return fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, mlp, c.Position, attn, tied)
 }
 
 func cmdPrepare(e *env, args []string) error {

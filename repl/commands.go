@@ -267,6 +267,10 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	fmt.Fprintf(w, "run       %s (config %s)\n", r.Dir(), c.Name)
 	fmt.Fprintf(w, "model     %s parameters: vocab %d, context %d, d_model %d, %d layers, %d heads (%d kv), %s, %s\n",
 		numfmt.Thousands(nn.Count(r.Model())), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
+	if m.MoE() {
+		fmt.Fprintf(w, "          mixture of %d experts per block, top-%d per token (%s parameters active), aux coef %g\n",
+			m.Experts, m.TopK, numfmt.Thousands(m.ActiveParams()), m.MoEAuxCoef)
+	}
 	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer().Kind(), r.Tokenizer().VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
 		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)

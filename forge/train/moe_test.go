@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -113,5 +114,21 @@ func TestMoEExportRefused(t *testing.T) {
 	}
 	if _, err := Export(m, nil, t.TempDir()); err == nil || !strings.Contains(err.Error(), "mixture of experts (n_experts 4)") {
 		t.Errorf("export of a MoE model: %v", err)
+	}
+}
+
+// configs/gpt-50m-moe.json is what its comment says.
+func TestMoEConfigFile(t *testing.T) {
+	c, err := LoadConfig("gpt-50m-moe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Model.Resolved()
+	total, active := float64(m.Params())/1e6, float64(m.ActiveParams())/1e6
+	if m.Experts != 8 || m.TopK != 2 || fmt.Sprintf("%.1f/%.1f", total, active) != "50.4/22.1" {
+		t.Errorf("gpt-50m-moe: %d experts top-%d, %.2f M parameters, %.2f M active; the comment says 8, top-2, 50.4 M, 22.1 M", m.Experts, m.TopK, total, active)
+	}
+	if !strings.Contains(c.Comment, "50.4 M parameters, 22.1 M active") {
+		t.Errorf("comment %q", c.Comment)
 	}
 }
