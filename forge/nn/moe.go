@@ -100,6 +100,13 @@ func (m *MoE) Forward(x *forge.Tensor) *forge.Tensor {
 	top := topK(pv, N, E, k) // (N·k) expert ids, token-major
 	m.route(probs, pv, top, N)
 
+	// The dispatch gathers and scatters rows with the index kernels; where
+	// the device has none for x's dtype (Metal's are 32-bit), the rows
+	// travel in float32 — exact for 16-bit inputs, and the experts' linear
+	// layers still multiply in their compute dtype.
+	if !x2.Device().Supports("index", x2.DType()) {
+		x2 = x2.Cast(forge.Float32)
+	}
 	var y *forge.Tensor // (N, C)
 	if m.Dense {
 		y = m.dense(x2, probs, top, N)
@@ -138,9 +145,12 @@ func (m *MoE) sparse(x2, probs *forge.Tensor, top []int32, N int) *forge.Tensor 
 		ys = append(ys, m.Experts[e].Forward(xs.Narrow(0, off, n))) // (n_e, C)
 		off += n
 	}
-	yc := forge.Concat(0, ys...)                                                   // (N·k, C)
-	yc = yc.Mul(gates.Reshape(N*k, 1).Cast(yc.DType()))                            // gate each row
-	return forge.ZerosOf(yc.DType(), N, x2.Size(1)).To(dev).IndexAdd(0, rowsT, yc) // (N, C)
+	yc := forge.Concat(0, ys...)                        // (N·k, C)
+	yc = yc.Mul(gates.Reshape(N*k, 1).Cast(yc.DType())) // gate each row
+	// A fresh copy of the rows for the scatter: IndexAdd reads its indices
+	// back to check them, and the gather queued above still uses rowsT
+	// (reading that would wait for the device).
+	return forge.ZerosOf(yc.DType(), N, x2.Size(1)).To(dev).IndexAdd(0, forge.FromSlice(rows).To(dev), yc) // (N, C)
 }
 
 // dense is the oracle: every expert on every token, the unselected ones
