@@ -2,8 +2,12 @@ package gpt
 
 import (
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/nn"
@@ -11,48 +15,89 @@ import (
 	"github.com/forgeml/forge/forge/profile"
 )
 
-// BenchmarkMoEStep times a training step (forward, backward, AdamW) of a
-// small-sized model with the plain MLP and with E experts top-k of the
-// same hidden size, reporting tokens/s: the expert work grows with k, not
-// with E.
+// moeBenchVariants are the plain MLP and E experts top-k of the same
+// hidden size, on a small-sized model.
+var moeBenchVariants = []struct{ e, k int }{{0, 0}, {4, 1}, {4, 2}, {8, 1}, {8, 2}}
+
+func moeVariantName(e, k int) string {
+	if e == 0 {
+		return "plain"
+	}
+	return fmt.Sprintf("E%d-k%d", e, k)
+}
+
+// moeBenchStep returns one training step (forward, backward, AdamW) of
+// the variant on a fixed batch, and its tokens.
+func moeBenchStep(tb testing.TB, e, k int) (func(), int) {
+	c := DefaultConfig()
+	c.Vocab, c.Context, c.Dim, c.Layers, c.Heads, c.FFNHidden = 512, 128, 128, 2, 4, 384
+	c.Experts, c.TopK = e, k
+	m, err := New(c, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	const B = 8
+	g := forge.NewGenerator(2)
+	data := g.RandInt(0, c.Vocab, B, c.Context+1)
+	ids, tgt := data.Narrow(1, 0, c.Context).Contiguous(), data.Narrow(1, 1, c.Context).Contiguous()
+	opt := optim.NewAdamWGroups(optim.DecayGroups(nn.Tensors(m), 0.1), optim.DefaultAdamWConfig())
+	return func() {
+		forge.Collect(func() {
+			opt.ZeroGrad()
+			l := m.Loss(ids, tgt)
+			l.Backward()
+			opt.Step()
+			l.Item()
+		})
+	}, B * c.Context
+}
+
+// BenchmarkMoEStep times a training step of each variant, reporting
+// tokens/s.
 //
 //	go test ./forge/gpt -run X -bench MoEStep -benchtime 10x
 func BenchmarkMoEStep(b *testing.B) {
-	type variant struct{ e, k int }
-	for _, v := range []variant{{0, 0}, {4, 1}, {4, 2}, {8, 1}, {8, 2}} {
-		name := "plain"
-		if v.e > 0 {
-			name = fmt.Sprintf("E%d-k%d", v.e, v.k)
-		}
-		b.Run(name, func(b *testing.B) {
-			c := DefaultConfig()
-			c.Vocab, c.Context, c.Dim, c.Layers, c.Heads, c.FFNHidden = 512, 128, 128, 2, 4, 384
-			c.Experts, c.TopK = v.e, v.k
-			m, err := New(c, 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			const B = 8
-			g := forge.NewGenerator(2)
-			data := g.RandInt(0, c.Vocab, B, c.Context+1)
-			ids, tgt := data.Narrow(1, 0, c.Context).Contiguous(), data.Narrow(1, 1, c.Context).Contiguous()
-			opt := optim.NewAdamWGroups(optim.DecayGroups(nn.Tensors(m), 0.1), optim.DefaultAdamWConfig())
-			step := func() {
-				forge.Collect(func() {
-					opt.ZeroGrad()
-					l := m.Loss(ids, tgt)
-					l.Backward()
-					opt.Step()
-					l.Item()
-				})
-			}
+	for _, v := range moeBenchVariants {
+		b.Run(moeVariantName(v.e, v.k), func(b *testing.B) {
+			step, tokens := moeBenchStep(b, v.e, v.k)
 			step() // warm-up
 			b.ResetTimer()
 			for range b.N {
 				step()
 			}
-			b.ReportMetric(float64(B*c.Context*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
+	}
+}
+
+// TestMoEThroughput is BenchmarkMoEStep for a busy machine: the variants
+// take turns, one step each per round, so that all see the same load, and
+// each reports its median and best tokens/s. It runs only with
+// FORGE_MOE_THROUGHPUT set to the number of rounds.
+//
+//	FORGE_MOE_THROUGHPUT=15 go test ./forge/gpt -run TestMoEThroughput -v
+func TestMoEThroughput(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("FORGE_MOE_THROUGHPUT"))
+	if rounds <= 0 {
+		t.Skip("set FORGE_MOE_THROUGHPUT to a number of rounds")
+	}
+	steps := make([]func(), len(moeBenchVariants))
+	tps := make([][]float64, len(moeBenchVariants))
+	tokens := 0
+	for i, v := range moeBenchVariants {
+		steps[i], tokens = moeBenchStep(t, v.e, v.k)
+		steps[i]() // warm-up
+	}
+	for range rounds {
+		for i, step := range steps {
+			start := time.Now()
+			step()
+			tps[i] = append(tps[i], float64(tokens)/time.Since(start).Seconds())
+		}
+	}
+	for i, v := range moeBenchVariants {
+		slices.Sort(tps[i])
+		t.Logf("%-6s median %6.0f tokens/s, best %6.0f (%d rounds)", moeVariantName(v.e, v.k), tps[i][len(tps[i])/2], tps[i][len(tps[i])-1], rounds)
 	}
 }
 

@@ -122,15 +122,16 @@ func (m *MoE) sparse(x2, probs *forge.Tensor, top []int32, N int) *forge.Tensor 
 	dev := x2.Device()
 	// The assignments grouped by expert, tokens ascending within one:
 	// rows[i] is the token and slot[i] its position n·k+j in top.
-	rows := make([]int32, 0, N*k)
-	slot := make([]int32, 0, N*k)
-	for e := range E {
-		for i, t := range top {
-			if int(t) == e {
-				rows = append(rows, int32(i/k))
-				slot = append(slot, int32(i))
-			}
-		}
+	// A counting sort: O(N·k) whatever E is.
+	next := make([]int, E) // where expert e's next assignment goes
+	for e := 1; e < E; e++ {
+		next[e] = next[e-1] + m.stats.Tokens[e-1]
+	}
+	rows := make([]int32, N*k)
+	slot := make([]int32, N*k)
+	for i, e := range top {
+		rows[next[e]], slot[next[e]] = int32(i/k), int32(i)
+		next[e]++
 	}
 	rowsT := forge.FromSlice(rows).To(dev)
 	gates := m.gates(probs, top, N).Reshape(N*k).IndexSelect(0, forge.FromSlice(slot).To(dev)) // (N·k)
@@ -150,7 +151,7 @@ func (m *MoE) sparse(x2, probs *forge.Tensor, top []int32, N int) *forge.Tensor 
 	// A fresh copy of the rows for the scatter: IndexAdd reads its indices
 	// back to check them, and the gather queued above still uses rowsT
 	// (reading that would wait for the device).
-	return forge.ZerosOf(yc.DType(), N, x2.Size(1)).To(dev).IndexAdd(0, forge.FromSlice(rows).To(dev), yc) // (N, C)
+	return forge.ZerosLike(x2).IndexAdd(0, forge.FromSlice(rows).To(dev), yc) // (N, C); experts keep x2's dtype
 }
 
 // dense is the oracle: every expert on every token, the unselected ones
