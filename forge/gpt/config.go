@@ -1,7 +1,8 @@
 // Package gpt is a decoder-only transformer language model built from
 // package nn: token embedding (tied with the output head by default),
-// pre-norm blocks of causal self-attention and an MLP, a final norm, and
-// a head over a vocabulary padded to a multiple of 64. It also generates
+// pre-norm blocks of causal self-attention and an MLP (or a mixture of
+// expert MLPs, n_experts), a final norm, and a head over a vocabulary
+// padded to a multiple of 64. It also generates
 // text: temperature, top-k, top-p, a KV cache, a stop condition and a
 // callback that streams tokens.
 //
