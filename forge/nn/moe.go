@@ -27,16 +27,18 @@ import (
 // The forward is sparse: the router's probabilities are read on the host
 // (one device sync per MoE layer and forward — on Metal a step is then
 // several command buffers, not one), the N·k (token, expert) pairs are
-// sorted by expert, one IndexSelect gathers their rows (N·k, C), each
+// sorted by expert on the host (a counting sort, O(N·k)), one IndexSelect
+// gathers their rows (N·k, C), each
 // expert runs on its own contiguous block of n_e rows, the outputs are
 // scaled by their gates and one IndexAdd scatters them back into (N, C).
 // The expert matmuls cost 2·N·k·(MLP weights) FLOPs whatever E is; the
 // router's N·C·E is the only term that grows with E. An expert that
 // receives no token is not run. Because an expert's matmul covers the
 // rows routed to it, a token's output can differ in the last float32 bit
-// with the other tokens of the batch (BLAS blocks by row count). Dense (the test oracle) instead runs every
-// expert on every token and weights them by gates that are zero for the
-// unselected experts.
+// with the other tokens of the batch (BLAS blocks by row count).
+//
+// Dense (the test oracle) instead runs every expert on every token and
+// weights them by gates that are zero for the unselected experts.
 //
 // # Load-balancing loss
 //
@@ -46,9 +48,10 @@ import (
 //	f_e = (number of the N·k (token, slot) assignments that chose e) / (N·k)   no gradient
 //	P_e = (1/N) · Σ_n p[n, e]                                                   differentiable
 //
-// so Σ_e f_e = 1 for every k, and aux = 1 when routing is uniform (f_e =
-// P_e = 1/E), larger when it is concentrated; k enters only through f's
-// normalisation by N·k. TakeAux hands it to the model's loss, which adds
+// so Σ_e f_e = 1 for every k: aux is 1 when the assignments are balanced
+// (f_e = 1/E) or the router is uniform (P_e = 1/E), and up to E when one
+// expert takes everything; k enters only through f's normalisation by
+// N·k. TakeAux hands it to the model's loss, which adds
 // coef·aux (gpt.Config.MoEAuxCoef). Experts that received no token get
 // 0·Σ(their parameters) added to aux, so their gradients are zeros rather
 // than missing — the same as the dense oracle's — and the optimizer and
