@@ -297,6 +297,10 @@ func cmdInfo(e *env, args []string) error {
 	total := m.Params()
 	emb := m.PaddedVocab() * m.Dim
 	fmt.Fprintf(e.stdout, "  parameters: %s (embedding %s, the rest %s)\n", numfmt.Thousands(total), numfmt.Thousands(emb), numfmt.Thousands(total-emb))
+	if m.MoE() {
+		fmt.Fprintf(e.stdout, "  mixture of experts: %d experts per block, top-%d per token, aux coef %g; %s parameters active per token\n",
+			m.Experts, m.TopK, m.MoEAuxCoef, numfmt.Thousands(m.ActiveParams()))
+	}
 	fpt := m.FLOPsPerToken()
 	fmt.Fprintf(e.stdout, "  training FLOPs: %.1f M per token, %.2f G per step of %d tokens (batch %d × context %d × accumulation %d)\n",
 		float64(fpt)/1e6, float64(fpt)*float64(cfg.TokensPerStep())/1e9, cfg.TokensPerStep(), cfg.Batch, m.Context, cfg.GradAccum)
@@ -331,7 +335,11 @@ func describe(c gpt.Config) string {
 	if c.Untied {
 		tied = "untied"
 	}
-	s := fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, c.MLP, c.Position, attn, tied)
+	mlp := c.MLP
+	if c.MoE() {
+		mlp = fmt.Sprintf("%s × %d experts top-%d", c.MLP, c.Experts, c.TopK)
+	}
+	s := fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, mlp, c.Position, attn, tied)
 	switch {
 	case c.Checkpoint.All():
 		s += ", every block checkpointed"

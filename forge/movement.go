@@ -564,6 +564,44 @@ func (t *Tensor) indexSelect(a int, idx *Tensor) *Tensor {
 	})
 }
 
+// IndexAdd returns a copy of t with the entries of src added at idx (1-D
+// int32) along axis, torch.index_add:
+//
+//	out = t;  out[..., idx[i], ...] += src[..., i, ...]  for i in index order
+//
+// src has t's shape except len(idx) on axis. Repeated indices accumulate,
+// in index order (deterministic: the backend's index_add kernel, no
+// atomics). The gradient is g for t and g.IndexSelect(axis, idx) for src.
+func (t *Tensor) IndexAdd(axis int, idx, src *Tensor) *Tensor {
+	a := t.axis("index_add", axis)
+	if idx.Dim() != 1 {
+		panic(errorf("index_add", "indices must be 1-D, got shape %v", idx.shape))
+	}
+	sameDevice("index_add", t, idx, src)
+	sameFloat("index_add", t, src)
+	want := slices.Clone(t.shape)
+	want[a] = idx.shape[0]
+	if !slices.Equal(src.shape, want) {
+		panic(errorf("index_add", "source %v must be the input %v with %d entries on axis %d (one per index), i.e. %v", src.shape, t.shape, idx.shape[0], a, want))
+	}
+	checkIndices("index_add", idx, t.shape[a], t.shape)
+	return t.Add(src.indexScatter(a, idx, t.shape))
+}
+
+// indexScatter is the scatter half of IndexAdd on checked arguments: a
+// tensor of shape (zeros but for src's entries added at idx on axis a).
+// Its gradient is the matching IndexSelect.
+func (t *Tensor) indexScatter(a int, idx *Tensor, shape []int) *Tensor {
+	src := t.Contiguous()
+	idx = idx.Contiguous()
+	out := newTensor(t.dev, t.dtype, shape)
+	launch(t.dev, kcall{in: tensors(src, idx), out: tensors(out), name: "index_add", dt: t.dtype, shapes: shapesOf(src, idx, out), bytes: bytesOf(src, idx, out)},
+		func(b backend.Backend) { b.IndexAdd(out.bv(), src.bv(), idx.bv(), a) })
+	return record(out, "index_add", []*Tensor{src, nil}, func(g *Tensor) []*Tensor {
+		return []*Tensor{g.indexSelect(a, idx), nil}
+	})
+}
+
 // Gather picks along axis: out[..., i, ...] = t[..., idx[..., i, ...], ...]
 // (torch.gather). idx has t's shape on every axis but axis; out has idx's
 // shape.

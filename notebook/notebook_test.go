@@ -618,3 +618,23 @@ func TestPanicIsOneErrorOutput(t *testing.T) {
 		t.Errorf("text form: %q", got)
 	}
 }
+
+// A mixture of experts' history adds the routing chart; a plain one has none.
+func TestShowHistoryRouter(t *testing.T) {
+	h := testHistory()
+	resetLibrary()
+	plain := payloadRE.ReplaceAllString(htmlOf(t, capture(t, func() { Show(h) })[0]), "")
+	if strings.Contains(plain, "MoE routing") {
+		t.Error("a plain model's history shows a MoE routing chart")
+	}
+	for i := range h.Steps {
+		h.Steps[i].Router = &train.RouterMetrics{Aux: 1.2, LoadMax: 1.5 - float64(i)/100, LoadMin: 0.4, Tokens: [][]int{{3, 5}}}
+	}
+	msgs := capture(t, func() { Show(h) })
+	page := payloadRE.ReplaceAllString(htmlOf(t, msgs[len(msgs)-1]), "")
+	for _, want := range []string{"MoE routing", `"name":"aux loss"`, `"name":"max load"`, `"name":"min load"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("MoE history HTML lacks %q", want)
+		}
+	}
+}

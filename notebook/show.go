@@ -386,7 +386,7 @@ func memorySeries(h train.History) []Series {
 // (historyChartIDs) keeps chart ids stable across live updates; nil makes
 // new ones.
 func historyCharts(h train.History, ids []string) string {
-	if len(ids) < 5 {
+	if len(ids) < 6 {
 		ids = historyChartIDs()
 	}
 	loss, val, lr, gn, tps := curveSeries(h)
@@ -411,13 +411,38 @@ func historyCharts(h train.History, ids []string) string {
 		b.WriteString(ChartHTML(ids[i+1], LineOption(c.name, "step", "", false, c.s), 200, c.name))
 		b.WriteString("</div>")
 	}
+	if router := routerSeries(h); router != nil {
+		b.WriteString("<div style=\"flex:1 1 300px;min-width:260px\">")
+		b.WriteString(ChartHTML(ids[5], LineOption("MoE routing (1 = balanced)", "step", "", false, router...), 200, "MoE routing"))
+		b.WriteString("</div>")
+	}
 	b.WriteString("</div>")
 	return b.String()
 }
 
-// historyChartIDs are new ids for historyCharts' five charts.
+// routerSeries is a mixture of experts' routing over h (train.RouterMetrics):
+// the load-balancing loss and the largest and smallest expert load; nil
+// for a plain model.
+func routerSeries(h train.History) []Series {
+	aux, hi, lo := Series{Name: "aux loss"}, Series{Name: "max load"}, Series{Name: "min load"}
+	for _, m := range h.Steps {
+		if m.Router == nil {
+			continue
+		}
+		x := float64(m.Step)
+		aux.X, aux.Y = append(aux.X, x), append(aux.Y, m.Router.Aux)
+		hi.X, hi.Y = append(hi.X, x), append(hi.Y, m.Router.LoadMax)
+		lo.X, lo.Y = append(lo.X, x), append(lo.Y, m.Router.LoadMin)
+	}
+	if len(aux.X) == 0 {
+		return nil
+	}
+	return []Series{aux, hi, lo}
+}
+
+// historyChartIDs are new ids for historyCharts' six charts.
 func historyChartIDs() []string {
-	return []string{newID("loss"), newID("lr"), newID("gradnorm"), newID("tps"), newID("memory")}
+	return []string{newID("loss"), newID("lr"), newID("gradnorm"), newID("tps"), newID("memory"), newID("router")}
 }
 
 func historyHTML(title string, h train.History, ids []string) string {

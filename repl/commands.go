@@ -51,7 +51,7 @@ func init() {
 		{"lr", "[value | schedule]", "show the learning rate, fix it to value, or return to the config's schedule", "", cmdLR, func(*Session, []string) []string { return []string{"schedule"} }},
 		{"sample", "[-n 200] [-t 0.8] [-k 40] [-p 0.95] [--seed 1] [prompt…]", "continue the prompt with the model, streaming the tokens",
 			"Without a prompt the text starts as after a line break (the tokenizers have no beginning-of-text token).\n\\n in the prompt is a line break, \\t a tab.", cmdSample, nil},
-		{"plot", "<metric…> [--last n] [--browser]", "chart metrics over the steps: loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms, loss_scale",
+		{"plot", "<metric…> [--last n] [--browser]", "chart metrics over the steps: loss, val_loss, lr, grad_norm, tokens_per_sec, step_ms, loss_scale, memory, moe_aux, moe_load_max, moe_load_min",
 			"--browser writes a self-contained HTML page (an SVG chart per metric) to the run's plots/ directory and opens it.", cmdPlot, completeMetrics},
 		{"profile", "step | <go-expr>", "time every kernel of one training step (a real step of the run) or of a Go expression", "", cmdProfile,
 			func(*Session, []string) []string { return []string{"step"} }},
@@ -287,6 +287,10 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	fmt.Fprintf(w, "run       %s (config %s)\n", r.Dir(), c.Name)
 	fmt.Fprintf(w, "model     %s parameters: vocab %d, context %d, d_model %d, %d layers, %d heads (%d kv), %s, %s\n",
 		numfmt.Thousands(nn.Count(r.Model())), m.Vocab, m.Context, m.Dim, m.Layers, m.Heads, m.KVHeads, m.Norm, m.MLP)
+	if m.MoE() {
+		fmt.Fprintf(w, "          mixture of %d experts per block, top-%d per token (%s parameters active), aux coef %g\n",
+			m.Experts, m.TopK, numfmt.Thousands(m.ActiveParams()), m.MoEAuxCoef)
+	}
 	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer().Kind(), r.Tokenizer().VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
 		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)

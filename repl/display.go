@@ -156,7 +156,7 @@ func cmdPlot(s *Session, _ context.Context, args []string) error {
 			steps, values = steps[i:], values[i:]
 		}
 		if len(values) == 0 {
-			return fmt.Errorf("no %s recorded yet (train with :step or :run; val_loss comes every eval_every steps and at the end of a :run)", name)
+			return fmt.Errorf("no %s recorded yet (train with :step or :run; val_loss comes every eval_every steps and at the end of a :run; the moe series need n_experts > 1)", name)
 		}
 		all = append(all, series{name, steps, values})
 	}

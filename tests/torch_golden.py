@@ -701,6 +701,15 @@ def movement():
     case(fam, "gather_3d_axis_neg1", "gather",
          [In("x", normal(r, (2, 3, 7))), In("idx", r.integers(0, 7, (2, 3, 5)))],
          lambda P, x, i: torch.gather(x, P["axis"], i), params={"axis": -1})
+    # index_add: repeated indices accumulate; rows 1 and 3 receive nothing.
+    r = rng("movement/index_add0")
+    case(fam, "index_add_axis0", "index_add",
+         [In("x", normal(r, (5, 3))), In("idx", np.array([4, 0, 4, 2, 4, 0])), In("src", normal(r, (6, 3)))],
+         lambda P, x, i, s: torch.index_add(x, P["axis"], i, s), params={"axis": 0})
+    r = rng("movement/index_add1")
+    case(fam, "index_add_axis1_3d", "index_add",
+         [In("x", normal(r, (2, 4, 3))), In("idx", np.array([3, 3, 0])), In("src", normal(r, (2, 3, 3)))],
+         lambda P, x, i, s: torch.index_add(x, P["axis"], i, s), params={"axis": 1})
 
 
 # ---------------------------------------------------------------------------

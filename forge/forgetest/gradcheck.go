@@ -137,6 +137,9 @@ func gradCases(dev *forge.Device) []gradCase {
 		{name: "move/index_select", shapes: s([]int{4, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
 			return x[0].IndexSelect(0, ids(dev, []int32{3, 0, 3, 1}, 4))
 		}},
+		{name: "move/index_add", shapes: s([]int{4, 3}, []int{5, 3}), fn: func(x []*forge.Tensor) *forge.Tensor {
+			return x[0].IndexAdd(0, ids(dev, []int32{3, 0, 3, 1, 3}, 5), x[1]).Tanh()
+		}},
 		{name: "move/gather", shapes: s([]int{3, 4}), fn: func(x []*forge.Tensor) *forge.Tensor {
 			return x[0].Gather(1, ids(dev, []int32{0, 3, 3, 1, 2, 2, 0, 0, 1}, 3, 3))
 		}},

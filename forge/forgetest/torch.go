@@ -355,6 +355,9 @@ var torchOps = map[string]torchOp{
 	"index_select": func(p torchParams, x []*forge.Tensor) []*forge.Tensor {
 		return torchOne(x[0].IndexSelect(p.int("axis"), x[1]))
 	},
+	"index_add": func(p torchParams, x []*forge.Tensor) []*forge.Tensor {
+		return torchOne(x[0].IndexAdd(p.int("axis"), x[1], x[2]))
+	},
 	"gather": func(p torchParams, x []*forge.Tensor) []*forge.Tensor {
 		return torchOne(x[0].Gather(p.int("axis"), x[1]))
 	},

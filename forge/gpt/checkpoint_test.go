@@ -121,3 +121,13 @@ func TestCheckpointConfig(t *testing.T) {
 		t.Errorf("Count(6) of [0,3,7] = %d, want 2", n)
 	}
 }
+
+// TestCheckpointRefusesMoE: a MoE block's load-balancing loss would not
+// reach the gradient through a checkpoint, so the combination is refused.
+func TestCheckpointRefusesMoE(t *testing.T) {
+	c := DefaultConfig()
+	c.Experts, c.Checkpoint = 4, AllBlocks()
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "not supported yet") {
+		t.Fatalf("MoE with checkpointing: %v", err)
+	}
+}

@@ -1,7 +1,8 @@
 // Package gpt is a decoder-only transformer language model built from
 // package nn: token embedding (tied with the output head by default),
-// pre-norm blocks of causal self-attention and an MLP, a final norm, and
-// a head over a vocabulary padded to a multiple of 64. It also generates
+// pre-norm blocks of causal self-attention and an MLP (or a mixture of
+// expert MLPs, n_experts), a final norm, and a head over a vocabulary
+// padded to a multiple of 64. It also generates
 // text: temperature, top-k, top-p, a KV cache, a stop condition and a
 // callback that streams tokens.
 //
@@ -19,6 +20,7 @@ package gpt
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -47,6 +49,12 @@ type Config struct {
 	// are the same; the memory of a block's activations is traded for
 	// running its forward twice.
 	Checkpoint Blocks `json:"checkpoint_activations,omitzero"`
+	// Mixture of experts (nn.MoE): with Experts > 1 every block's MLP is E
+	// expert MLPs of the kind above (each of FFNHidden) behind a softmax
+	// router that sends each token to TopK of them.
+	Experts    int     `json:"n_experts,omitempty"`    // 0 or 1 = the plain MLP; 8
+	TopK       int     `json:"moe_top_k,omitempty"`    // 0 = 2 (when n_experts > 1); experts per token
+	MoEAuxCoef float64 `json:"moe_aux_coef,omitempty"` // 0 = 0.01; weight of the load-balancing loss in the training loss
 }
 
 // DefaultConfig is the `small` model: V4096 d256 L6 H8 T256, SwiGLU 1024,
@@ -95,6 +103,14 @@ func (c Config) Resolved() Config {
 	if c.InitStd == 0 {
 		c.InitStd = 0.02
 	}
+	if c.Experts > 1 {
+		if c.TopK == 0 {
+			c.TopK = 2
+		}
+		if c.MoEAuxCoef == 0 {
+			c.MoEAuxCoef = 0.01
+		}
+	}
 	return c
 }
 
@@ -102,6 +118,9 @@ func (c Config) Resolved() Config {
 // of the embedding and the head. Ids at or above Vocab are never produced
 // by the tokenizer, and generation never samples them.
 func (c Config) PaddedVocab() int { return roundUp(c.Vocab, 64) }
+
+// MoE reports whether the blocks hold mixtures of experts (n_experts > 1).
+func (c Config) MoE() bool { return c.Experts > 1 }
 
 // HeadDim is the dimension of one attention head.
 func (c Config) HeadDim() int { return c.Dim / c.Heads }
@@ -135,6 +154,19 @@ func (c Config) Validate() error {
 		return bad("dropout %g: want 0 <= p < 1", c.Dropout)
 	case c.NormEps < 0 || c.InitStd < 0 || c.RoPETheta < 0:
 		return bad("norm_eps, init_std and rope_theta must not be negative")
+	case c.Experts < 0:
+		return bad("n_experts %d: want 0 or 1 (the plain MLP) or more (a mixture of experts)", c.Experts)
+	case c.TopK < 0 || r.MoE() && r.TopK > r.Experts:
+		return bad("moe_top_k %d: want 1..n_experts (%d), or 0 for 2", c.TopK, c.Experts)
+	case !r.MoE() && (c.TopK > 1 || c.MoEAuxCoef != 0):
+		return bad("moe_top_k %d and moe_aux_coef %g need n_experts > 1 (it is %d)", c.TopK, c.MoEAuxCoef, c.Experts)
+	case c.MoEAuxCoef < 0 || math.IsNaN(c.MoEAuxCoef) || math.IsInf(c.MoEAuxCoef, 0):
+		return bad("moe_aux_coef %g: want a finite value >= 0 (0 = 0.01)", c.MoEAuxCoef)
+	}
+	if r.MoE() && !c.Checkpoint.IsZero() {
+		// The load-balancing loss is a second output of a MoE block, which
+		// forge.Checkpoint (one output) would cut off from the gradient.
+		return bad("checkpoint_activations with n_experts %d: checkpointing mixture-of-experts blocks is not supported yet; turn one of them off", c.Experts)
 	}
 	for _, i := range c.Checkpoint.Indices() {
 		if i >= c.Layers {
@@ -145,29 +177,29 @@ func (c Config) Validate() error {
 }
 
 // Params returns the number of parameters of the model c describes (tied
-// embedding counted once), without building it.
+// embedding counted once), without building it: with a mixture of experts,
+// all n_experts MLPs and the routers (ActiveParams counts what one token
+// uses).
 func (c Config) Params() int {
 	r := c.Resolved()
-	C, V, L, F := r.Dim, r.PaddedVocab(), r.Layers, r.FFNHidden
+	C, V, L := r.Dim, r.PaddedVocab(), r.Layers
 	D := r.HeadDim()
 	qkv := C * (r.Heads + 2*r.KVHeads) * D
 	wo := r.Heads * D * C
-	mlp := 2 * C * F
-	if r.MLP == "swiglu" {
-		mlp = 3 * C * F
-	}
 	norm := C
 	if r.Norm == "layernorm" && r.Bias {
 		norm = 2 * C
 	}
-	block := qkv + wo + mlp + 2*norm
+	E := 1
+	if r.MoE() {
+		E = r.Experts
+	}
+	block := qkv + wo + E*r.mlpParams() + 2*norm
+	if r.MoE() {
+		block += r.Experts * C // the router (E, C), no bias
+	}
 	if r.Bias {
-		block += (r.Heads+2*r.KVHeads)*D + C + C
-		if r.MLP == "swiglu" {
-			block += 2 * F
-		} else {
-			block += F
-		}
+		block += (r.Heads+2*r.KVHeads)*D + C
 	}
 	n := V*C + L*block + norm
 	if r.Position == "learned" {
@@ -185,16 +217,51 @@ func (c Config) Params() int {
 // FLOPsPerToken is the training cost of one token (forward + backward =
 // 3× forward) counting matmuls: 6 × matmul weights (head included) plus
 // 12·L·T·C for the attention scores and weighted sums over a full
-// context, the convention of PaLM and the PyTorch baseline script.
+// context, the convention of PaLM and the PyTorch baseline script. With
+// a mixture of experts the weights a token multiplies are the router's
+// E·C and k experts' MLPs: the cost grows with moe_top_k, not with
+// n_experts (but for the router).
 func (c Config) FLOPsPerToken() int64 {
 	r := c.Resolved()
 	C, L, F, D := int64(r.Dim), int64(r.Layers), int64(r.FFNHidden), int64(r.HeadDim())
-	mm := C*int64(r.Heads+2*r.KVHeads)*D + int64(r.Heads)*D*C + 2*C*F
+	mlp := 2 * C * F
 	if r.MLP == "swiglu" {
-		mm += C * F
+		mlp += C * F
+	}
+	mm := C*int64(r.Heads+2*r.KVHeads)*D + int64(r.Heads)*D*C + mlp
+	if r.MoE() {
+		mm += int64(r.TopK-1)*mlp + int64(r.Experts)*C
 	}
 	w := L*mm + int64(r.PaddedVocab())*C
 	return 6*w + 12*L*int64(r.Context)*C
+}
+
+// ActiveParams is the number of parameters one token's forward uses:
+// Params less the n_experts − moe_top_k expert MLPs it is not routed to
+// (Params itself without a mixture of experts).
+func (c Config) ActiveParams() int {
+	r := c.Resolved()
+	if !r.MoE() {
+		return c.Params()
+	}
+	return c.Params() - r.Layers*(r.Experts-r.TopK)*r.mlpParams()
+}
+
+// mlpParams is the size of one (expert) MLP of a resolved config, biases
+// included.
+func (r Config) mlpParams() int {
+	C, F := r.Dim, r.FFNHidden
+	n := 2 * C * F
+	if r.MLP == "swiglu" {
+		n += C * F
+	}
+	if r.Bias {
+		n += C + F
+		if r.MLP == "swiglu" {
+			n += F
+		}
+	}
+	return n
 }
 
 func roundUp(n, m int) int { return (n + m - 1) / m * m }

@@ -26,7 +26,11 @@ func variants() map[string]Config {
 	gpt2.Norm, gpt2.MLP, gpt2.Position, gpt2.Bias = "layernorm", "gelu", "learned", true
 	untied := base
 	untied.Untied, untied.Bias = true, true
-	return map[string]Config{"base": base, "gqa": gqa, "gpt2": gpt2, "untied": untied}
+	moe := base
+	moe.Experts = 4 // top-2 by default
+	moeGELU := gpt2
+	moeGELU.Experts, moeGELU.TopK = 3, 1
+	return map[string]Config{"base": base, "gqa": gqa, "gpt2": gpt2, "untied": untied, "moe": moe, "moe-gelu": moeGELU}
 }
 
 func randIDs(g *forge.Generator, v, b, t int) *forge.Tensor { return g.RandInt(0, v, b, t) }
@@ -109,16 +113,22 @@ func TestInitStatistics(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	cases := map[string]string{
-		`{"vocab": 1}`:                 "vocab 1",
-		`{"d_model": 30, "n_head": 4}`: "not a multiple of n_head",
-		`{"n_kv_head": 3}`:             "must divide n_head",
-		`{"norm": "batchnorm"}`:        `norm "batchnorm"`,
-		`{"mlp": "relu"}`:              `mlp "relu"`,
-		`{"position": "alibi"}`:        `position "alibi"`,
-		`{"dropout": 1}`:               "dropout 1",
-		`{"d_modle": 3}`:               `unknown field "d_modle"`,
-		`{"vocab": "x"}`:               "cannot unmarshal",
-		`{} {}`:                        "trailing data",
+		`{"vocab": 1}`:                           "vocab 1",
+		`{"d_model": 30, "n_head": 4}`:           "not a multiple of n_head",
+		`{"n_kv_head": 3}`:                       "must divide n_head",
+		`{"norm": "batchnorm"}`:                  `norm "batchnorm"`,
+		`{"mlp": "relu"}`:                        `mlp "relu"`,
+		`{"position": "alibi"}`:                  `position "alibi"`,
+		`{"dropout": 1}`:                         "dropout 1",
+		`{"d_modle": 3}`:                         `unknown field "d_modle"`,
+		`{"vocab": "x"}`:                         "cannot unmarshal",
+		`{} {}`:                                  "trailing data",
+		`{"n_experts": -1}`:                      "n_experts -1",
+		`{"n_experts": 4, "moe_top_k": 5}`:       "moe_top_k 5: want 1..n_experts (4)",
+		`{"n_experts": 4, "moe_top_k": -1}`:      "moe_top_k -1",
+		`{"moe_top_k": 2}`:                       "need n_experts > 1",
+		`{"n_experts": 1, "moe_aux_coef": 1}`:    "need n_experts > 1",
+		`{"n_experts": 4, "moe_aux_coef": -0.1}`: "moe_aux_coef -0.1",
 	}
 	for in, want := range cases {
 		_, err := ParseConfig([]byte(in))
@@ -170,8 +180,15 @@ func TestCausal(t *testing.T) {
 			a = m.Forward(forge.FromSlice(ids, 1, 12), nil).Narrow(1, 0, 8).Float32s()
 			b = m.Forward(forge.FromSlice(other, 1, 12), nil).Narrow(1, 0, 8).Float32s()
 		})
+		// A mixture of experts batches each expert's tokens: a later token
+		// routed elsewhere changes the matmuls' row counts, and with them
+		// the last bit of BLAS results; allow a few float32 ulps there.
+		tol := 0.0
+		if c.MoE() {
+			tol = 1e-6
+		}
 		for i := range a {
-			if a[i] != b[i] {
+			if math.Abs(float64(a[i]-b[i])) > tol*max(1, math.Abs(float64(a[i]))) {
 				t.Fatalf("%s: logit %d before the changed position moved: %g vs %g", name, i, a[i], b[i])
 			}
 		}
@@ -305,5 +322,108 @@ func TestOverfitOneBatch(t *testing.T) {
 	t.Logf("loss %.4f after %d steps", loss, step)
 	if loss >= 0.05 {
 		t.Errorf("loss %.4f after 150 steps, want < 0.05", loss)
+	}
+}
+
+func TestMoEConfigCounts(t *testing.T) {
+	base := testConfig()
+	c := base
+	c.Experts = 8
+	r := c.Resolved()
+	if r.TopK != 2 || r.MoEAuxCoef != 0.01 {
+		t.Fatalf("defaults: top-k %d, aux coef %g; want 2 and 0.01", r.TopK, r.MoEAuxCoef)
+	}
+	F, C, L := r.FFNHidden, r.Dim, r.Layers
+	mlp := 3 * C * F // SwiGLU, no biases
+	if got, want := c.Params()-base.Params(), L*(7*mlp+8*C); got != want {
+		t.Errorf("8 experts add %d parameters, want 7 MLPs and a router per block = %d", got, want)
+	}
+	if got, want := c.ActiveParams(), base.Params()+L*(mlp+8*C); got != want {
+		t.Errorf("active parameters %d, want the plain model's + one MLP + the router per block = %d", got, want)
+	}
+	// FLOPs grow with k (one more MLP per block) and with E only by the router.
+	k1 := c
+	k1.TopK = 1
+	if got, want := c.FLOPsPerToken()-k1.FLOPsPerToken(), int64(6*L*mlp); got != want {
+		t.Errorf("k 1 → 2 adds %d FLOPs per token, want 6·L·mlp = %d", got, want)
+	}
+	e4 := c
+	e4.Experts = 4
+	if got, want := c.FLOPsPerToken()-e4.FLOPsPerToken(), int64(6*L*4*C); got != want {
+		t.Errorf("E 4 → 8 adds %d FLOPs per token, want only the router's 6·L·4·C = %d", got, want)
+	}
+	if k1.FLOPsPerToken()-base.FLOPsPerToken() != int64(6*L*8*C) {
+		t.Errorf("top-1 of 8 costs %d FLOPs per token more than the plain MLP, want the router's %d",
+			k1.FLOPsPerToken()-base.FLOPsPerToken(), 6*L*8*C)
+	}
+}
+
+// The names the model documents, and the loss: cross-entropy plus
+// coef·Σ aux while recording gradients, cross-entropy alone under NoGrad.
+func TestMoELossAndNames(t *testing.T) {
+	c := testConfig()
+	c.Experts, c.MoEAuxCoef = 4, 0.5
+	m, err := New(c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"blocks.0.mlp.router.weight", "blocks.1.mlp.experts.3.w_up.weight",
+		"blocks.1.mlp.experts.0.w_gate.weight", "blocks.0.mlp.experts.2.w_down.weight"} {
+		if _, ok := nn.Find(m, n); !ok {
+			t.Errorf("no parameter %s", n)
+		}
+	}
+	g := forge.NewGenerator(5)
+	ids, tgt := randIDs(g, c.Vocab, 2, 16), randIDs(g, c.Vocab, 2, 16)
+	ce := forge.CrossEntropy(m.Forward(ids, nil), tgt, -1).Item()
+	total := m.Loss(ids, tgt).Item()
+	aux := 0.0
+	for _, s := range m.RouterStats() {
+		aux += s.Aux
+		if n := s.Tokens[0] + s.Tokens[1] + s.Tokens[2] + s.Tokens[3]; n != 2*16*2 {
+			t.Errorf("router counts %v sum to %d, want B·T·k = 64", s.Tokens, n)
+		}
+	}
+	if want := ce + 0.5*aux; math.Abs(total-want) > 1e-5 {
+		t.Errorf("training loss %.7f, want ce %.7f + 0.5·aux %.7f = %.7f", total, ce, aux, want)
+	}
+	var l float64
+	forge.NoGrad(func() { l = m.Loss(ids, tgt).Item() })
+	if l != ce {
+		t.Errorf("evaluation loss %.7f, want the cross-entropy %.7f", l, ce)
+	}
+}
+
+// A tiny MoE model fits one batch, as the plain one does.
+func TestMoEOverfitOneBatch(t *testing.T) {
+	c := DefaultConfig()
+	c.Vocab, c.Context, c.Dim, c.Layers, c.Heads, c.FFNHidden = 256, 32, 64, 2, 4, 128
+	c.Experts, c.TopK = 4, 2
+	m, _ := New(c, 1)
+	g := forge.NewGenerator(2)
+	data := randIDs(g, c.Vocab, 4, 33)
+	ids, tgt := data.Narrow(1, 0, 32).Contiguous(), data.Narrow(1, 1, 32).Contiguous()
+	cfg := optim.DefaultAdamWConfig()
+	cfg.LR = 3e-3
+	opt := optim.NewAdamWGroups(optim.DecayGroups(nn.Tensors(m), 0.1), cfg)
+	ce := 0.0
+	step := 0
+	for step = 1; step <= 200; step++ {
+		opt.ZeroGrad()
+		l := m.Loss(ids, tgt)
+		l.Backward()
+		optim.ClipGradNorm(nn.Tensors(m), 1)
+		opt.Step()
+		aux := 0.0
+		for _, s := range m.RouterStats() {
+			aux += s.Aux
+		}
+		if ce = l.Item() - c.Resolved().MoEAuxCoef*aux; ce < 0.05 {
+			break
+		}
+	}
+	t.Logf("cross-entropy %.4f after %d steps; routing %+v", ce, step, m.RouterStats())
+	if ce >= 0.05 {
+		t.Errorf("cross-entropy %.4f after 200 steps, want < 0.05", ce)
 	}
 }

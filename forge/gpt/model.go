@@ -21,7 +21,17 @@ import (
 //	norm_f.weight                    (C)
 //	head.weight                      (Vp, C) untied only
 //
-// plus ".bias" companions when Config.Bias is set.
+// plus ".bias" companions when Config.Bias is set. With a mixture of
+// experts (n_experts E > 1) each block's mlp is an nn.MoE instead:
+//
+//	blocks.{i}.mlp.router.weight              (E, C)  no bias
+//	blocks.{i}.mlp.experts.{e}.w_gate.weight  (F, C)  SwiGLU only, e = 0..E−1
+//	blocks.{i}.mlp.experts.{e}.w_up.weight    (F, C)
+//	blocks.{i}.mlp.experts.{e}.w_down.weight  (C, F)
+//
+// and Loss adds moe_aux_coef times the sum over blocks of their
+// load-balancing losses when it records gradients (RouterStats has the
+// routing).
 type Model struct {
 	Config Config // resolved
 	Wte    *nn.Embedding
@@ -56,7 +66,7 @@ func New(cfg Config, seed uint64) (*Model, error) {
 		return nn.NewRMSNorm(in, C, c.NormEps)
 	}
 	for range c.Layers {
-		m.Blocks = append(m.Blocks, &nn.Block{
+		b := &nn.Block{
 			Norm1: norm(),
 			Attn: nn.NewAttention(in, nn.AttentionConfig{
 				Dim: C, Heads: c.Heads, KVHeads: c.KVHeads,
@@ -64,9 +74,14 @@ func New(cfg Config, seed uint64) (*Model, error) {
 				Bias: c.Bias, Std: std, OutStd: res,
 			}),
 			Norm2:   norm(),
-			MLP:     nn.NewMLP(in, c.MLP, C, c.FFNHidden, c.Bias, std, res),
 			Dropout: c.Dropout, Gen: m.gen,
-		})
+		}
+		if c.MoE() {
+			b.MoE = nn.NewMoE(in, c.MLP, C, c.FFNHidden, c.Experts, c.TopK, c.Bias, std, res)
+		} else {
+			b.MLP = nn.NewMLP(in, c.MLP, C, c.FFNHidden, c.Bias, std, res)
+		}
+		m.Blocks = append(m.Blocks, b)
 	}
 	m.NormF = norm()
 	if c.Untied {
@@ -197,9 +212,14 @@ func (m *Model) SetCompute(dt forge.DType) error {
 	var ls []*nn.Linear
 	norms := []*nn.Norm{m.NormF}
 	for _, b := range m.Blocks {
-		ls = append(ls, b.Attn.WQKV, b.Attn.WO, b.MLP.Up, b.MLP.Down)
-		if b.MLP.Gate != nil {
-			ls = append(ls, b.MLP.Gate)
+		ls = append(ls, b.Attn.WQKV, b.Attn.WO)
+		switch {
+		case b.MoE != nil:
+			ls = append(ls, b.MoE.Linears()...) // the router stays float32
+		case b.MLP.Gate != nil:
+			ls = append(ls, b.MLP.Gate, b.MLP.Up, b.MLP.Down)
+		default:
+			ls = append(ls, b.MLP.Up, b.MLP.Down)
 		}
 		norms = append(norms, b.Norm1, b.Norm2)
 	}
@@ -239,7 +259,44 @@ func checkCompute(dev *forge.Device, dt forge.DType) error {
 }
 
 // Loss returns the mean cross-entropy of predicting targets (B, T) from
-// ids (B, T); targets equal to -1 are ignored.
+// ids (B, T); targets equal to -1 are ignored. With a mixture of experts,
+// while gradients are recorded it is the objective the optimizer sees,
+//
+//	loss = cross-entropy + moe_aux_coef · Σ_blocks aux_i
+//
+// (aux_i the block's load-balancing loss, nn.MoE); under forge.NoGrad
+// (validation, `forge eval`) the cross-entropy alone, comparable with a
+// plain model's.
 func (m *Model) Loss(ids, targets *forge.Tensor) *forge.Tensor {
-	return forge.CrossEntropy(m.Forward(ids, nil), targets, -1)
+	l := forge.CrossEntropy(m.Forward(ids, nil), targets, -1)
+	if !m.Config.MoE() {
+		return l
+	}
+	var aux *forge.Tensor
+	for _, b := range m.Blocks {
+		if a := b.MoE.TakeAux(); a != nil {
+			if aux == nil {
+				aux = a
+			} else {
+				aux = aux.Add(a)
+			}
+		}
+	}
+	if !forge.GradEnabled() || aux == nil {
+		return l
+	}
+	return l.Add(aux.MulScalar(m.Config.MoEAuxCoef).Cast(l.DType()))
+}
+
+// RouterStats is the routing of the last forward, one entry per block
+// (nil without a mixture of experts).
+func (m *Model) RouterStats() []nn.RouterStats {
+	if !m.Config.MoE() {
+		return nil
+	}
+	out := make([]nn.RouterStats, len(m.Blocks))
+	for i, b := range m.Blocks {
+		out[i] = b.MoE.Stats()
+	}
+	return out
 }

@@ -331,10 +331,14 @@ func (m *MLP) Params() []Param {
 //
 //	x = x + drop(attn(norm1(x)))
 //	x = x + drop(mlp(norm2(x)))
+//
+// The feed-forward branch is MLP, or MoE (a mixture of experts) when that
+// is set; either is named "mlp" in Params.
 type Block struct {
 	Norm1, Norm2 *Norm
 	Attn         *Attention
-	MLP          *MLP
+	MLP          *MLP             // the feed-forward layer, or nil when MoE is set
+	MoE          *MoE             // a mixture-of-experts feed-forward layer instead of MLP, or nil
 	Dropout      float64          // residual dropout while training
 	Gen          *forge.Generator // dropout masks
 	Training     bool
@@ -345,7 +349,15 @@ type Block struct {
 // mixed precision runs the branches in 16 bits).
 func (b *Block) Forward(x *forge.Tensor, cache *KVCache) *forge.Tensor {
 	x = x.Add(b.drop(b.Attn.Forward(b.Norm1.Forward(x), cache).Cast(x.DType())))
-	return x.Add(b.drop(b.MLP.Forward(b.Norm2.Forward(x)).Cast(x.DType())))
+	return x.Add(b.drop(b.ffn(b.Norm2.Forward(x)).Cast(x.DType())))
+}
+
+// ffn is the feed-forward branch: the MoE when there is one, else the MLP.
+func (b *Block) ffn(x *forge.Tensor) *forge.Tensor {
+	if b.MoE != nil {
+		return b.MoE.Forward(x)
+	}
+	return b.MLP.Forward(x)
 }
 
 func (b *Block) drop(x *forge.Tensor) *forge.Tensor {
@@ -360,6 +372,9 @@ func (b *Block) Params() []Param {
 	ps := Prefix("norm1", b.Norm1.Params())
 	ps = append(ps, Prefix("attn", b.Attn.Params())...)
 	ps = append(ps, Prefix("norm2", b.Norm2.Params())...)
+	if b.MoE != nil {
+		return append(ps, Prefix("mlp", b.MoE.Params())...)
+	}
 	return append(ps, Prefix("mlp", b.MLP.Params())...)
 }
 

@@ -1,7 +1,8 @@
 // Package nn holds the layers a GPT is built from — Linear, Embedding,
 // RMSNorm, LayerNorm, Attention (multi-head and grouped-query, RoPE or
-// none), MLP (SwiGLU or GELU) and the pre-norm transformer Block — and the
-// Module interface that names their parameters.
+// none), MLP (SwiGLU or GELU), MoE (a routed mixture of expert MLPs) and
+// the pre-norm transformer Block — and the Module interface that names
+// their parameters.
 //
 // # Modules and names
 //

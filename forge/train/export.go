@@ -29,9 +29,13 @@ import (
 //     transposed into GPT-2's Conv1D layout; missing biases exported as
 //     zeros).
 //
-// Other combinations return an error naming what does not map.
+// Other combinations, and mixtures of experts, return an error naming what
+// does not map.
 func Export(m *gpt.Model, tok tokenizer.Tokenizer, dir string) (family string, err error) {
 	c := m.Config
+	if c.MoE() {
+		return "", fmt.Errorf("train: export: a mixture of experts (n_experts %d) maps to neither Llama nor GPT-2 (the run's checkpoints/*/model.safetensors still load with any safetensors reader)", c.Experts)
+	}
 	var tensors []safetensors.Tensor
 	var config map[string]any
 	err = forge.Try(func() {

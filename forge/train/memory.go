@@ -13,8 +13,12 @@ import (
 // micro-batch — per token and layer about 10·d_model + 3·ffn_hidden
 // values (norm outputs, q/k/v, attention output, projections, residuals,
 // the MLP's gate, up and product; attention keeps no T×T matrix), plus the
-// logits. Temporaries come on top, so a run needs more than this; a
-// config that needs more than this cannot run at all.
+// logits. With a mixture of experts the weights count every expert, and a
+// token keeps k copies of the MLP's values plus, per copy, its gathered
+// input, the expert's output and the gated output (3·d_model), and the
+// router's logits and probabilities (2·n_experts). Temporaries come on
+// top, so a run needs more than this; a config that needs more than this
+// cannot run at all.
 //
 // A block whose activations are checkpointed (gpt.Config.Checkpoint)
 // keeps only its float32 input, d_model values a token; the backward then
@@ -51,11 +55,16 @@ func (c Config) MemoryNeeded() Memory {
 		act = 2
 	}
 	tokens := float64(c.Batch) * float64(r.Context)
-	block := (10*float64(r.Dim) + 3*float64(r.FFNHidden)) * act // one block's activations, a token
+	C, F := float64(r.Dim), float64(r.FFNHidden)
+	perLayer := 10*C + 3*F
+	if r.MoE() {
+		perLayer = 10*C + float64(r.TopK)*(3*F+3*C) + 2*float64(r.Experts)
+	}
+	block := perLayer * act // one block's activations, a token
 	k := r.Checkpoint.Count(r.Layers)
 	perToken := float64(r.Layers-k)*block + 4*float64(r.PaddedVocab())
 	if k > 0 {
-		perToken += float64(k)*4*float64(r.Dim) + block
+		perToken += float64(k)*4*C + block
 	}
 	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: tokens * perToken,
 		Checkpointed: k, Layers: r.Layers}
@@ -66,7 +75,11 @@ func (c Config) MemoryNeeded() Memory {
 func paramsFloat(c Config) float64 {
 	r := c.Model.Resolved()
 	C, L, F, V := float64(r.Dim), float64(r.Layers), float64(r.FFNHidden), float64(r.PaddedVocab())
-	approx := V*C + L*(4*C*C+3*C*F)
+	E := 1.0
+	if r.MoE() {
+		E = float64(r.Experts)
+	}
+	approx := V*C + L*(4*C*C+3*C*F*E)
 	if r.Untied {
 		approx += V * C
 	}

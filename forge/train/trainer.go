@@ -42,6 +42,63 @@ type Metrics struct {
 	LossScale float64 `json:"loss_scale,omitempty"` // float16: the loss scale this step's backward used
 
 	Memory *StepMemory `json:"memory,omitempty"` // the device memory ledger; nil where the device does not count memory
+
+	Router *RouterMetrics `json:"router,omitempty"` // a mixture of experts' routing; nil for a plain model
+}
+
+// RouterMetrics is the routing of a mixture-of-experts model over one
+// step's micro-batches (gpt.Model.RouterStats). A load is an expert's
+// share of its block's token assignments times n_experts: 1 everywhere
+// when the routing is balanced, 0 for an expert that received nothing.
+type RouterMetrics struct {
+	Aux     float64 `json:"aux"`      // load-balancing loss, mean over blocks and micro-batches (1 = balanced)
+	LoadMax float64 `json:"load_max"` // the largest load of any expert of any block
+	LoadMin float64 `json:"load_min"` // the smallest
+	Tokens  [][]int `json:"tokens"`   // (L, E) assignments per block and expert, summed over micro-batches
+}
+
+// routerAcc sums gpt.Model.RouterStats over micro-batches.
+type routerAcc struct {
+	aux    float64
+	n      int
+	tokens [][]int
+}
+
+func (a *routerAcc) add(stats []nn.RouterStats) {
+	if stats == nil {
+		return
+	}
+	if a.tokens == nil {
+		a.tokens = make([][]int, len(stats))
+		for i, s := range stats {
+			a.tokens[i] = make([]int, len(s.Tokens))
+		}
+	}
+	for i, s := range stats {
+		a.aux += s.Aux
+		a.n++
+		for e, c := range s.Tokens {
+			a.tokens[i][e] += c
+		}
+	}
+}
+
+func (a *routerAcc) result() *RouterMetrics {
+	if a.n == 0 {
+		return nil
+	}
+	r := &RouterMetrics{Aux: a.aux / float64(a.n), LoadMax: math.Inf(-1), LoadMin: math.Inf(1), Tokens: a.tokens}
+	for _, blk := range a.tokens {
+		sum := 0
+		for _, c := range blk {
+			sum += c
+		}
+		for _, c := range blk {
+			load := float64(c) * float64(len(blk)) / float64(max(sum, 1))
+			r.LoadMax, r.LoadMin = max(r.LoadMax, load), min(r.LoadMin, load)
+		}
+	}
+	return r
 }
 
 // StepMemory is the device memory of one step's phases, in bytes: the
@@ -170,11 +227,14 @@ func (h *History) Last() Metrics {
 
 // Series returns one metric over the steps that have it: "loss",
 // "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms" or
-// "loss_scale" (float16 runs only).
+// "loss_scale" (float16 runs only), or one of the memory and moe series
+// of MetricNames.
 // MetricNames are the series History.Series knows. The memory series are
-// the step's peak device memory and each phase's (StepMemory), in MB.
+// the step's peak device memory and each phase's (StepMemory), in MB; the
+// moe series a mixture of experts' routing (RouterMetrics: the
+// load-balancing loss, the largest and smallest expert load).
 var MetricNames = []string{"loss", "val_loss", "lr", "grad_norm", "tokens_per_sec", "step_ms", "loss_scale",
-	"memory", "memory_forward", "memory_backward", "memory_optimizer"}
+	"memory", "memory_forward", "memory_backward", "memory_optimizer", "moe_aux", "moe_load_max", "moe_load_min"}
 
 func (h *History) Series(name string) (steps []int, values []float64, err error) {
 	for _, m := range h.Steps {
@@ -206,6 +266,11 @@ func (h *History) Series(name string) (steps []int, values []float64, err error)
 			}
 			v = float64(map[string]int64{"memory": m.Memory.Peak(), "memory_forward": m.Memory.ForwardPeak,
 				"memory_backward": m.Memory.BackwardPeak, "memory_optimizer": m.Memory.OptimizerPeak}[name]) / 1e6
+		case "moe_aux", "moe_load_max", "moe_load_min":
+			if m.Router == nil {
+				continue // not a mixture of experts
+			}
+			v = map[string]float64{"moe_aux": m.Router.Aux, "moe_load_max": m.Router.LoadMax, "moe_load_min": m.Router.LoadMin}[name]
 		default:
 			return nil, nil, fmt.Errorf("train: no metric %q; choose one of %s", name, strings.Join(MetricNames, ", "))
 		}
@@ -358,6 +423,7 @@ func (t *Trainer) Step() Metrics {
 	B, T := cfg.Batch, cfg.Model.Context
 	scale := t.LossScale()
 	losses := make([]*forge.Tensor, 0, cfg.GradAccum)
+	var router routerAcc
 	for i := range cfg.GradAccum {
 		x, y := t.Train.Next()
 		// Everything the micro-batch allocates but its loss and the
@@ -365,6 +431,7 @@ func (t *Trainer) Step() Metrics {
 		// not when the garbage collector gets to it.
 		forge.Collect(func() {
 			l := t.Model.Loss(forge.FromSlice(x, B, T), forge.FromSlice(y, B, T))
+			router.add(t.Model.RouterStats()) // on the host already: no sync
 			mem.phase(&mem.m.ForwardPeak, &mem.m.ForwardLive)
 			// The upstream gradient: what the backward of
 			// l.MulScalar(1/GradAccum) would pass (times the loss scale
@@ -406,7 +473,7 @@ func (t *Trainer) Step() Metrics {
 		Step: t.StepCount(), Loss: loss, LR: lr, GradNorm: norm,
 		TokensPerSec: float64(n) / el.Seconds(), StepMS: float64(el.Microseconds()) / 1e3,
 		Tokens: t.tokens, Skipped: skipped, Time: time.Now().UTC().Format(time.RFC3339),
-		Memory: mem.result(),
+		Memory: mem.result(), Router: router.result(),
 	}
 	if t.scaler != nil {
 		m.LossScale = scale

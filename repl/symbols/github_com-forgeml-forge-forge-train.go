@@ -65,6 +65,7 @@ func init() {
 		"Metrics":          reflect.ValueOf((*train.Metrics)(nil)),
 		"OpenOptions":      reflect.ValueOf((*train.OpenOptions)(nil)),
 		"Problem":          reflect.ValueOf((*train.Problem)(nil)),
+		"RouterMetrics":    reflect.ValueOf((*train.RouterMetrics)(nil)),
 		"RunOptions":       reflect.ValueOf((*train.RunOptions)(nil)),
 		"Session":          reflect.ValueOf((*train.Session)(nil)),
 		"Snapshot":         reflect.ValueOf((*train.Snapshot)(nil)),
