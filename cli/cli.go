@@ -46,7 +46,7 @@ func init() {
 		{"eval", "[--run dir] [--batches n]", "validation loss and perplexity of a run", cmdEval},
 		{"info", "[--config name | --run dir]", "parameters, FLOPs and memory of a config", cmdInfo},
 		{"prepare", "--out dir [--vocab 4096] [--tokenizer bpe|char] file.txt …", "train a tokenizer and write llm.c token files", cmdPrepare},
-		{"export", "[--run dir] --out dir [--allow-older]", "write Hugging Face / PyTorch loadable weights and config", cmdExport},
+		{"export", "[--run dir] --out dir [--allow-older] [--quant [--quant-mode int8|ternary]]", "write Hugging Face / PyTorch loadable weights and config, or quantised weights", cmdExport},
 		{"check", "[--run dir]", "verify a run directory: checkpoints, token files, metrics, lock, leftovers", cmdCheck},
 		{"bench", benchArgs, "time a kernel or a training step (%timeit style); profile a step", cmdBench},
 		{"doctor", doctorArgs, "check this machine's device against the CPU and write a report to attach to a bug report", cmdDoctor},

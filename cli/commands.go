@@ -408,6 +408,8 @@ func cmdExport(e *env, args []string) error {
 	runDir := fs.String("run", "runs/tiny", "run directory")
 	out := fs.String("out", "", "output directory (required)")
 	older := fs.Bool("allow-older", false, "export an older checkpoint when the latest is damaged")
+	quant := fs.Bool("quant", false, "write the block weights quantised (int8 levels and per-row scales, or 2-bit packed ternary) in the run's quant mode; train.LoadQuantized loads it")
+	quantMode := fs.String("quant-mode", "", "with --quant: int8 or ternary instead of the run's own mode (quantise after training)")
 	device := deviceFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -427,6 +429,20 @@ func cmdExport(e *env, args []string) error {
 			return fmt.Errorf("%s; not exporting an older model than the run's latest: pass --allow-older to export step %d", snap.FellBack, snap.Step)
 		}
 		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)
+	}
+	if *quantMode != "" && !*quant {
+		return usagef("--quant-mode needs --quant")
+	}
+	if *quant {
+		mode := *quantMode
+		if mode == "" {
+			mode = snap.Model.Config.Quant
+		}
+		if err := train.ExportQuantized(snap.Model, snap.Tokenizer, *out, mode); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "exported step %d of %s to %s with %s block weights (see %s)\n", snap.Step, *runDir, *out, mode, filepath.Join(*out, "README.md"))
+		return nil
 	}
 	fam, err := train.Export(snap.Model, snap.Tokenizer, *out)
 	if err != nil {
