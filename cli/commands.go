@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
@@ -318,7 +319,11 @@ func describe(c gpt.Config) string {
 	if c.Untied {
 		tied = "untied"
 	}
-	return fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, c.MLP, c.Position, attn, tied)
+	d := fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, c.MLP, c.Position, attn, tied)
+	if c.Quant != "" && c.Quant != forge.QuantNone {
+		d += ", " + c.Quant + " QAT"
+	}
+	return d
 }
 
 func cmdPrepare(e *env, args []string) error {
