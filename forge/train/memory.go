@@ -13,7 +13,9 @@ import (
 // micro-batch — per token and layer about 10·d_model + 3·ffn_hidden
 // values (norm outputs, q/k/v, attention output, projections, residuals,
 // the MLP's gate, up and product; attention keeps no T×T matrix), plus the
-// logits. Temporaries come on top, so a run needs more than this; a
+// logits, and under quant (int8, ternary) the fake-quantised block weights
+// the matmuls keep for the backward (4 bytes a block weight). Temporaries
+// come on top, so a run needs more than this; a
 // config that needs more than this cannot run at all.
 type Memory struct {
 	Weights, Gradients, Optimizer, Activations float64
@@ -39,7 +41,16 @@ func (c Config) MemoryNeeded() Memory {
 	}
 	tokens := float64(c.Batch) * float64(r.Context)
 	perToken := float64(r.Layers)*(10*float64(r.Dim)+3*float64(r.FFNHidden))*act + 4*float64(r.PaddedVocab())
-	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: tokens * perToken}
+	acts := tokens * perToken
+	if r.Quant == forge.QuantInt8 || r.Quant == forge.QuantTernary {
+		C, F, D := float64(r.Dim), float64(r.FFNHidden), float64(r.HeadDim())
+		mlp := 2 * C * F
+		if r.MLP == "swiglu" {
+			mlp = 3 * C * F
+		}
+		acts += 4 * float64(r.Layers) * (C*float64(r.Heads+2*r.KVHeads)*D + float64(r.Heads)*D*C + mlp)
+	}
+	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: acts}
 }
 
 // paramsFloat is gpt.Config.Params in float64, from its dominant terms

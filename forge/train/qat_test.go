@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/safetensors"
 )
@@ -92,5 +93,28 @@ func TestResumeIsExactQuantAndMask(t *testing.T) {
 				t.Errorf("summary of the head: %+v", s.Rows[len(s.Rows)-1])
 			}
 		})
+	}
+}
+
+// TestMemoryCountsQuantisedWeights: quant adds one float32 copy of the
+// block weights (the fake-quantised ones the backward keeps).
+func TestMemoryCountsQuantisedWeights(t *testing.T) {
+	cfg, err := LoadConfig("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := cfg.MemoryNeeded()
+	cfg.Model.Quant = "ternary"
+	q := cfg.MemoryNeeded()
+	m, err := gpt.New(cfg.Model, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := 0
+	for _, l := range m.BlockLinears() {
+		block += l.Layer.Weight.Numel()
+	}
+	if d := q.Activations - plain.Activations; d != float64(4*block) || q.Weights != plain.Weights {
+		t.Errorf("quant adds %v bytes of activations, want %d (4 × %d block weights)", d, 4*block, block)
 	}
 }
