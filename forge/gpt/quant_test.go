@@ -1,6 +1,7 @@
 package gpt
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,5 +98,44 @@ func TestOverfitOneBatchTernary(t *testing.T) {
 	t.Logf("ternary: loss %.4f after %d steps", loss, step)
 	if loss >= 0.05 {
 		t.Errorf("ternary: loss %.4f after 300 steps, want < 0.05", loss)
+	}
+}
+
+// TestGenerateQuantised: generation with quantised, pruned weights (which
+// computes each effective weight once, not per token) gives the tokens of
+// the float model holding those weights, cached and uncached, and leaves
+// the layers as they were.
+func TestGenerateQuantised(t *testing.T) {
+	c := DefaultConfig()
+	c.Vocab, c.Context, c.Dim, c.Layers, c.Heads, c.Quant, c.InitStd = 128, 32, 32, 2, 2, "int8", 0.2
+	m, _ := New(c, 7)
+	if err := nn.PruneByMagnitude(m.Linears()[:2], 0.5); err != nil {
+		t.Fatal(err)
+	}
+	c.Quant = ""
+	ref, _ := New(c, 7)
+	forge.NoGrad(func() {
+		for i, l := range ref.Linears() {
+			l.Layer.Weight.CopyFrom(m.Linears()[i].Layer.EffectiveWeight())
+		}
+	})
+	w0, mk0 := m.Blocks[0].Attn.WQKV.Weight, m.Blocks[0].Attn.WQKV.Mask
+	opts := GenerateOptions{MaxTokens: 40, Sampling: Sampling{Temperature: 0}}
+	want, err := ref.Generate([]int{1, 2, 3}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, noCache := range []bool{false, true} {
+		opts.NoCache = noCache
+		got, err := m.Generate([]int{1, 2, 3}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("no cache %v: tokens %v, want %v", noCache, got, want)
+		}
+	}
+	if l := m.Blocks[0].Attn.WQKV; l.Weight != w0 || l.Mask != mk0 || l.Quant != "int8" {
+		t.Errorf("generation left the layer changed: quant %q, same weight %v, same mask %v", l.Quant, l.Weight == w0, l.Mask == mk0)
 	}
 }
