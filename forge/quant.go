@@ -87,7 +87,11 @@ func FakeQuant(w *Tensor, mode string) *Tensor {
 		r, s := Quantize(w, mode)
 		q = r.Mul(s)
 	})
-	return record(q, "fake_quant."+mode, []*Tensor{w}, func(g *Tensor) []*Tensor {
+	q = record(q, "fake_quant."+mode, []*Tensor{w}, func(g *Tensor) []*Tensor {
 		return []*Tensor{g}
 	})
+	if q.node != nil {
+		q.node.passOwned = true // g itself: the weight may keep it as its Grad
+	}
+	return q
 }

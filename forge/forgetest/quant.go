@@ -172,6 +172,18 @@ func quantSTE(t *testing.T, dev *forge.Device) {
 				break
 			}
 		}
+		// Used twice, through the quantiser and directly: the gradients add
+		// (the straight-through one is handed on without a copy, so a later
+		// contribution must not land in a tensor another gradient shares).
+		w2 := forge.FromSlice(w, rows, cols).To(dev).RequiresGrad()
+		forge.FakeQuant(w2, mode).Mul(up).Sum().Add(w2.MulScalar(3).Mul(up).Sum()).Backward()
+		g2 := w2.Grad().Float32s()
+		for k := range g2 {
+			if want := u[k] + 3*u[k]; math.Abs(float64(g2[k]-want)) > 1e-6*math.Abs(float64(want)) {
+				t.Errorf("%s, two uses: grad[%d] = %v, want %v", mode, k, g2[k], want)
+				break
+			}
+		}
 		if forge.FakeQuant(wt, forge.QuantNone) != wt || forge.FakeQuant(wt, "") != wt {
 			t.Errorf("FakeQuant(none) is not the weight itself")
 		}
