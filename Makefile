@@ -103,6 +103,7 @@ golden:
 	/usr/bin/python3 tests/torch_optim.py
 	/usr/bin/python3 tests/torch_train_step.py
 	/usr/bin/python3 tests/torch_moe_step.py
+	/usr/bin/python3 tests/torch_qat.py
 
 # The teaching notebooks (notebooks/, GoNB kernel): install Jupyter and the
 # kernel if missing and open Jupyter; or execute every notebook headlessly

@@ -46,7 +46,7 @@ func init() {
 		{"eval", "[--run dir] [--batches n]", "validation loss and perplexity of a run", cmdEval},
 		{"info", "[--config name | --run dir]", "parameters, FLOPs and memory of a config", cmdInfo},
 		{"prepare", "--out dir [--vocab 4096] [--tokenizer bpe|char] file.txt …", "train a tokenizer and write llm.c token files", cmdPrepare},
-		{"export", "[--run dir] --out dir [--format hf|forge] [--dtype float32|float16|bfloat16] [--message m] [--allow-older]", "write Hugging Face / PyTorch loadable weights, or commit to a .forge repository", cmdExport},
+		{"export", "[--run dir] --out dir [--format hf|forge] [--dtype float32|float16|bfloat16] [--message m] [--quant [--quant-mode int8|ternary]] [--allow-older]", "write Hugging Face / PyTorch loadable weights, quantised weights, or a .forge repository revision", cmdExport},
 		{"model", modelArgs, "inspect, verify, check out and convert .forge model repositories", cmdModel},
 		{"check", "[--run dir]", "verify a run directory: checkpoints, token files, metrics, lock, leftovers", cmdCheck},
 		{"bench", benchArgs, "time a kernel or a training step (%timeit style); profile a step", cmdBench},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/tokenizer"
+	"github.com/forgeml/forge/forge/train"
 )
 
 func TestDemo(t *testing.T) {
@@ -95,6 +96,17 @@ func TestTrainResumeGenerateEvalExport(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("export wrote no %s", f)
 		}
+	}
+	// A quantised export of a run trained without quant needs a mode.
+	qout := filepath.Join(dir, "export-int8")
+	if r := runCLI("export", "--run", runDir, "--out", qout, "--quant"); r.code == 0 || !strings.Contains(r.stderr, "int8 or ternary") {
+		t.Errorf("export --quant of a run without quant: %+v", r)
+	}
+	if r := runCLI("export", "--run", runDir, "--out", qout, "--quant", "--quant-mode", "int8"); r.code != 0 || !strings.Contains(r.stdout, "int8 block weights") {
+		t.Errorf("export --quant --quant-mode int8: %+v", r)
+	}
+	if m, tok, mode, err := train.LoadQuantized(qout); err != nil || mode != "int8" || tok == nil || m == nil {
+		t.Errorf("loading the quantised export: mode %q, tokenizer %v, err %v", mode, tok != nil, err)
 	}
 }
 

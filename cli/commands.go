@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
@@ -340,6 +341,9 @@ func describe(c gpt.Config) string {
 		mlp = fmt.Sprintf("%s × %d experts top-%d", c.MLP, c.Experts, c.TopK)
 	}
 	s := fmt.Sprintf("%s, %s, %s, %s, %s head", c.Norm, mlp, c.Position, attn, tied)
+	if c.Quant != "" && c.Quant != forge.QuantNone {
+		s += ", " + c.Quant + " QAT"
+	}
 	switch {
 	case c.Checkpoint.All():
 		s += ", every block checkpointed"
@@ -439,6 +443,8 @@ func cmdExport(e *env, args []string) error {
 	dtype := fs.String("dtype", "float32", "--format forge: stored dtype, float32 (loads without conversion), float16 or bfloat16")
 	message := fs.String("message", "", "--format forge: the revision's message (default: the step)")
 	older := fs.Bool("allow-older", false, "export an older checkpoint when the latest is damaged")
+	quant := fs.Bool("quant", false, "write the block weights quantised (int8 levels and per-row scales, or 2-bit packed ternary) in the run's quant mode; train.LoadQuantized loads it")
+	quantMode := fs.String("quant-mode", "", "with --quant: int8 or ternary instead of the run's own mode (quantise after training)")
 	device := deviceFlag(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -471,8 +477,25 @@ func cmdExport(e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)
 	}
+	if *quantMode != "" && !*quant {
+		return usagef("--quant-mode needs --quant")
+	}
+	if *quant && *format == "forge" {
+		return usagef("--quant writes its own format; a .forge repository keeps the float weights (--dtype for 16 bits)")
+	}
 	if *format == "forge" {
 		return exportForge(e, snap, *runDir, *out, *dtype, *message)
+	}
+	if *quant {
+		mode := *quantMode
+		if mode == "" {
+			mode = snap.Model.Config.Quant
+		}
+		if err := train.ExportQuantized(snap.Model, snap.Tokenizer, *out, mode); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "exported step %d of %s to %s with %s block weights (see %s)\n", snap.Step, *runDir, *out, mode, filepath.Join(*out, "README.md"))
+		return nil
 	}
 	fam, err := train.Export(snap.Model, snap.Tokenizer, *out)
 	if err != nil {

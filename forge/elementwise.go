@@ -16,7 +16,7 @@ func (t *Tensor) unary(op backend.UnaryOp, s backend.Scalars) *Tensor {
 	out := newTensor(t.dev, t.dtype, t.shape)
 	launch(t.dev, kcall{in: tensors(t), out: tensors(out), name: "unary." + name, dt: t.dtype, shapes: shapesOf(t, out), bytes: bytesOf(t, out), flops: int64(t.Numel())},
 		func(b backend.Backend) { b.Unary(op, s, out.bv(), t.bv()) })
-	if op == backend.Sign {
+	if op == backend.Sign || op == backend.Round {
 		return out
 	}
 	return record(out, name, []*Tensor{t}, func(g *Tensor) []*Tensor {
@@ -66,6 +66,12 @@ func (t *Tensor) Abs() *Tensor { return t.unary(backend.Abs, backend.Scalars{}) 
 
 // Sign returns −1, 0 or 1 (no gradient).
 func (t *Tensor) Sign() *Tensor { return t.unary(backend.Sign, backend.Scalars{}) }
+
+// Round returns the nearest integer, halves to even (torch.round,
+// numpy.rint, IEEE roundTiesToEven: 0.5 → 0, 1.5 → 2, −2.5 → −2); it has
+// no gradient (zero almost everywhere). FakeQuant passes a gradient
+// straight through it instead.
+func (t *Tensor) Round() *Tensor { return t.unary(backend.Round, backend.Scalars{}) }
 
 // Square returns t².
 func (t *Tensor) Square() *Tensor { return t.unary(backend.Square, backend.Scalars{}) }

@@ -11,7 +11,7 @@
 // address space, so a constant uint would be a variable and could not label
 // a case.
 
-// backend.UnaryOp (NumUnaryOps = 19)
+// backend.UnaryOp (NumUnaryOps = 20)
 enum : uint {
     U_NEG = 0,          // backend.Neg: -x
     U_EXP = 1,          // backend.Exp: e^x
@@ -32,6 +32,7 @@ enum : uint {
     U_RDIV_SCALAR = 16, // backend.RDivScalar: A/x
     U_SQUARE = 17,      // backend.Square: x²
     U_SIGN = 18,        // backend.Sign: -1, 0, 1
+    U_ROUND = 19,       // backend.Round: nearest integer, halves to even (rint)
 };
 
 // backend.BinaryOp (NumBinaryOps = 13)

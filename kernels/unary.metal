@@ -124,6 +124,7 @@ static inline float unary_apply(float x, float a, float b) {
     case U_RDIV_SCALAR: return a / x;
     case U_SQUARE: return x * x;
     case U_SIGN: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); // NaN gives 0
+    case U_ROUND: return rint(x); // halves to even (the default rounding mode)
     default: return x;
     }
 }
@@ -166,6 +167,7 @@ static inline float unary_grad_apply(float x, float y, float g, float a, float b
     case U_RDIV_SCALAR: return -a * g / (x * x);
     case U_SQUARE: return 2.0f * x * g;
     case U_SIGN: return 0.0f;
+    case U_ROUND: return 0.0f;
     default: return 0.0f;
     }
 }

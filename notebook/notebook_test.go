@@ -18,6 +18,7 @@ import (
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/tokenizer"
 	"github.com/forgeml/forge/forge/train"
@@ -178,6 +179,20 @@ func TestShowModule(t *testing.T) {
 	txt := textMode(t, func() { Show(m) })
 	if !strings.Contains(txt, m.Params()[0].Name) {
 		t.Errorf("module text: %s", txt)
+	}
+	if strings.Contains(h, ">notes<") {
+		t.Errorf("a notes column without quantisers or masks")
+	}
+	// Quantised and pruned layers show in a notes column.
+	for _, l := range m.BlockLinears() {
+		l.Layer.Quant = "int8"
+	}
+	if err := nn.PruneByMagnitude(m.BlockLinears()[:1], 0.5); err != nil {
+		t.Fatal(err)
+	}
+	h = htmlOf(t, capture(t, func() { Show(m) })[0])
+	if !strings.Contains(h, ">notes<") || !strings.Contains(h, ">int8, mask 50.0%<") || !strings.Contains(h, ">int8<") {
+		t.Errorf("module HTML lacks the notes:\n%s", h)
 	}
 }
 

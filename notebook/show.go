@@ -331,13 +331,30 @@ func textHistogram(v []float64, bins int) string {
 // ---- modules
 
 func moduleHTML(title string, s nn.Summary) string {
-	var b strings.Builder
-	b.WriteString("<table class=\"forge-table forge-params\"><tr><th class=\"l\">parameter</th><th class=\"l\">shape</th><th>count</th><th>share</th><th class=\"l\"></th></tr>")
+	// A notes column (quantiser, pruning mask) only when a row has one.
+	notes := false
 	for _, r := range s.Rows {
-		fmt.Fprintf(&b, "<tr><td class=\"l\">%s</td><td class=\"l\">%v</td><td>%s</td><td>%.1f%%</td><td class=\"l\"><div style=\"background:#4a7;height:8px;width:%.0fpx\"></div></td></tr>",
-			html.EscapeString(r.Name), r.Shape, numfmt.Thousands(r.Count), 100*r.Share, 1+120*r.Share)
+		notes = notes || r.Notes() != ""
 	}
-	fmt.Fprintf(&b, "<tr><th class=\"l\">total</th><th></th><th>%s</th><th>100%%</th><th></th></tr></table>", numfmt.Thousands(s.Total))
+	var b strings.Builder
+	b.WriteString("<table class=\"forge-table forge-params\"><tr><th class=\"l\">parameter</th><th class=\"l\">shape</th><th>count</th><th>share</th><th class=\"l\"></th>")
+	if notes {
+		b.WriteString("<th class=\"l\">notes</th>")
+	}
+	b.WriteString("</tr>")
+	for _, r := range s.Rows {
+		fmt.Fprintf(&b, "<tr><td class=\"l\">%s</td><td class=\"l\">%v</td><td>%s</td><td>%.1f%%</td><td class=\"l\"><div style=\"background:#4a7;height:8px;width:%.0fpx\"></div></td>",
+			html.EscapeString(r.Name), r.Shape, numfmt.Thousands(r.Count), 100*r.Share, 1+120*r.Share)
+		if notes {
+			fmt.Fprintf(&b, "<td class=\"l\">%s</td>", html.EscapeString(r.Notes()))
+		}
+		b.WriteString("</tr>")
+	}
+	fmt.Fprintf(&b, "<tr><th class=\"l\">total</th><th></th><th>%s</th><th>100%%</th><th></th>", numfmt.Thousands(s.Total))
+	if notes {
+		b.WriteString("<th></th>")
+	}
+	b.WriteString("</tr></table>")
 	return box(fmt.Sprintf("%s — %s parameters", title, numfmt.Thousands(s.Total)), b.String())
 }
 

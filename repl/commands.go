@@ -14,6 +14,7 @@ import (
 
 	"github.com/forgeml/forge/configs"
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/train"
 	"github.com/forgeml/forge/internal/numfmt"
@@ -59,6 +60,8 @@ func init() {
 			"Kernels: " + kernelNames() + ".", cmdBench, completeBench},
 		{"doctor", "[--out dir] [--short] [--no-timings]", "check the device against the CPU (kernels, conformance, a shadow training step, timings) and write a report",
 			"The report file (markdown) goes to --out (default: the current directory); attach it to a bug report.", cmdDoctor, nil},
+		{"prune", "<sparsity>", "mask the smallest-magnitude fraction of every Linear's weights (per layer) and save",
+			"Sparsity is a fraction (0.5 prunes half of each layer). The masks are fixed: the pruned weights stay zero through training, checkpoints and resume; pruning again to a higher sparsity extends them.", cmdPrune, nil},
 		{"save", "", "write a checkpoint of the run now", "", cmdSave, nil},
 		{"commit", "[message]", "save the model as a new revision of its .forge repository (only changed tensors are written)",
 			"The repository is the one the run was opened from, else model.forge inside the run directory.\nforge model log|inspect|verify read it; forge generate --run <repo> samples from it.", cmdCommit, nil},
@@ -291,6 +294,9 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 		fmt.Fprintf(w, "          mixture of %d experts per block, top-%d per token (%s parameters active), aux coef %g\n",
 			m.Experts, m.TopK, numfmt.Thousands(m.ActiveParams()), m.MoEAuxCoef)
 	}
+	if q := weightsLine(r.Model()); q != "" {
+		fmt.Fprintf(w, "weights   %s\n", q)
+	}
 	fmt.Fprintf(w, "tokenizer %s, %d tokens\n", r.Tokenizer().Kind(), r.Tokenizer().VocabSize())
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
 		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
@@ -307,6 +313,46 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 		}
 		fmt.Fprintln(w)
 	}
+	return nil
+}
+
+// weightsLine describes the model's fake quantisation and pruning masks
+// ("" for neither).
+func weightsLine(m *gpt.Model) string {
+	var parts []string
+	if q := m.Config.Quant; q != "" && q != forge.QuantNone {
+		parts = append(parts, q+" fake-quantised block linears (embedding and head float32)")
+	}
+	masked, pruned, total := 0, 0.0, 0
+	for _, l := range m.Linears() {
+		if l.Layer.Mask != nil {
+			masked++
+			n := l.Layer.Weight.Numel()
+			pruned += l.Layer.Sparsity() * float64(n)
+			total += n
+		}
+	}
+	if masked > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d linears masked, %.1f%% of their weights pruned", masked, len(m.Linears()), 100*pruned/float64(total)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func cmdPrune(s *Session, _ context.Context, args []string) error {
+	if len(args) != 1 {
+		return usagef("give the sparsity, a fraction: :prune 0.5")
+	}
+	if err := s.needRun(); err != nil {
+		return err
+	}
+	sp, err := strconv.ParseFloat(args[0], 64)
+	if err != nil {
+		return usagef("sparsity %q: want a fraction such as 0.5", args[0])
+	}
+	if err := s.run.PruneByMagnitude(sp); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.stdout, "pruned: %s; saved at step %d\n", weightsLine(s.run.Model()), s.run.Trainer().StepCount())
 	return nil
 }
 
@@ -332,7 +378,7 @@ func cmdParams(s *Session, _ context.Context, args []string) error {
 		if len(ps) == 0 {
 			return fmt.Errorf("no parameter matches %q; :params lists them", args[0])
 		}
-		m = paramList(ps)
+		m = paramSubset{paramList(ps), s.run.Model()}
 	}
 	fmt.Fprint(s.stdout, nn.Summarize(m))
 	return nil
@@ -342,6 +388,15 @@ func cmdParams(s *Session, _ context.Context, args []string) error {
 type paramList []nn.Param
 
 func (p paramList) Params() []nn.Param { return p }
+
+// paramSubset is chosen parameters of a model that lists its Linears, so
+// that the summary still notes their quantisers and masks.
+type paramSubset struct {
+	paramList
+	lin nn.LinearLister
+}
+
+func (p paramSubset) Linears() []nn.NamedLinear { return p.lin.Linears() }
 
 func cmdInspect(s *Session, ctx context.Context, args []string) error {
 	if len(args) == 0 {

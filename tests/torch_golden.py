@@ -319,6 +319,8 @@ UNARY = [
     ("abs", "abs", lambda P, x: torch.abs(x), lambda r, s: quantized(r, s, 4, 0.25) + normal(r, s, 0.01) * (r.random(s) < 0.5), {}),
     ("square", "square", lambda P, x: torch.square(x), lambda r, s: normal(r, s, 2.0), {}),
     ("sign", "sign", lambda P, x: torch.sign(x), lambda r, s: quantized(r, s, 3, 0.5), {}),
+    # Halves (ties go to even) and values off them.
+    ("round", "round", lambda P, x: torch.round(x), lambda r, s: quantized(r, s, 6, 0.5) + normal(r, s, 0.2) * (r.random(s) < 0.5), {}),
     ("pow_scalar_3", "pow_scalar", lambda P, x: torch.pow(x, P["p"]), lambda r, s: normal(r, s), {"p": 3.0}),
     ("pow_scalar_2", "pow_scalar", lambda P, x: torch.pow(x, P["p"]), lambda r, s: normal(r, s), {"p": 2.0}),
     ("pow_scalar_half", "pow_scalar", lambda P, x: torch.pow(x, P["p"]), lambda r, s: uniform(r, s, 0.1, 4), {"p": 0.5}),
@@ -345,8 +347,8 @@ def unary():
             extremes = {"exp": [-80.0, -20.0, 0.0, 15.0, 20.0], "tanh": [-12.0, 12.0, 0.0, 1e-3, -25.0]}.get(
                 name, [-30.0, 30.0, 0.0, -12.0, 12.0])
             x.ravel()[: len(extremes)] = extremes
-        # Sign has no gradient in forge (torch's is zero everywhere).
-        case(fam, name, op, [In("x", x, grad=name != "sign")], fn, params=params)
+        # Sign and round have no gradient in forge (torch's is zero everywhere).
+        case(fam, name, op, [In("x", x, grad=name not in ("sign", "round"))], fn, params=params)
     # Non-contiguous inputs, odd sizes, 0-d and 1-D.
     r = rng("unary/tanh_t_33x17")
     case(fam, "tanh_t_33x17", "tanh", [In("x", normal(r, (17, 33), 2.0))], lambda P, x: torch.tanh(x), transpose=[0])

@@ -180,13 +180,14 @@ const (
 	RDivScalar                // A/x
 	Square                    // x²
 	Sign                      // -1, 0, 1
+	Round                     // nearest integer, halves to even (rint)
 	// NumUnaryOps is the number of unary ops (not an op).
 	NumUnaryOps
 )
 
 var unaryNames = [...]string{"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu",
 	"gelu_tanh", "gelu_erf", "relu", "abs", "pow_scalar", "clamp", "affine", "rpow_scalar",
-	"rdiv_scalar", "square", "sign"}
+	"rdiv_scalar", "square", "sign", "round"}
 
 func (o UnaryOp) String() string {
 	if int(o) < len(unaryNames) {

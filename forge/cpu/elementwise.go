@@ -179,7 +179,7 @@ var unaryCosts = [...]int{
 	backend.GELUErf: erfCost, backend.ReLU: unaryCheap, backend.Abs: unaryCheap,
 	backend.PowScalar: powCost, backend.Clamp: unaryCheap, backend.Affine: unaryCheap,
 	backend.RPowScalar: powCost, backend.RDivScalar: unaryCheap + 4,
-	backend.Square: unaryCheap, backend.Sign: unaryCheap,
+	backend.Square: unaryCheap, backend.Sign: unaryCheap, backend.Round: unaryCheap,
 }
 
 func unary[T Float](b *Backend, op backend.UnaryOp, s backend.Scalars, dst, src backend.View) {
@@ -332,6 +332,12 @@ func unaryKernel[T Float](op backend.UnaryOp, s backend.Scalars, d, x []T) {
 			default:
 				d[i] = 0
 			}
+		}
+	case backend.Round:
+		// Halves to even, as torch.round and IEEE's roundTiesToEven; −0
+		// and values that round to zero from below keep their sign.
+		for i := range d {
+			d[i] = T(math.RoundToEven(float64(x[i])))
 		}
 	default:
 		panic(fmt.Sprintf("cpu: unary: unknown op %v", op))
@@ -548,7 +554,7 @@ func unaryGradKernel[T Float](op backend.UnaryOp, s backend.Scalars, dx, x, y, g
 		for i := range dx {
 			dx[i] = 2 * x[i] * g[i]
 		}
-	case backend.Sign:
+	case backend.Sign, backend.Round:
 		for i := range dx {
 			dx[i] = 0
 		}

@@ -25,6 +25,9 @@ func TestFused(t *testing.T) { forgetest.Fused(t, forgetest.Device(t)) }
 // checks.
 func TestHalfConversions(t *testing.T) { forgetest.HalfConversions(t, forgetest.Device(t)) }
 
+// TestQuant runs the Round and fake-quantisation checks.
+func TestQuant(t *testing.T) { forgetest.Quant(t, forgetest.Device(t)) }
+
 // TestBadInput runs the error-contract table.
 func TestBadInput(t *testing.T) { forgetest.BadInput(t, forgetest.Device(t)) }
 

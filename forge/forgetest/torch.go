@@ -248,6 +248,7 @@ var torchOps = map[string]torchOp{
 	"abs":        torchUnary((*forge.Tensor).Abs),
 	"square":     torchUnary((*forge.Tensor).Square),
 	"sign":       torchUnary((*forge.Tensor).Sign),
+	"round":      torchUnary((*forge.Tensor).Round),
 	"pow_scalar": func(p torchParams, x []*forge.Tensor) []*forge.Tensor { return torchOne(x[0].PowScalar(p.num("p"))) },
 	"clamp": func(p torchParams, x []*forge.Tensor) []*forge.Tensor {
 		return torchOne(x[0].Clamp(p.num("lo"), p.num("hi")))

@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/forgeml/forge/forge"
 )
 
 // Config is a GPT architecture. The JSON names are the ones in configs/.
@@ -55,6 +57,12 @@ type Config struct {
 	Experts    int     `json:"n_experts,omitempty"`    // 0 or 1 = the plain MLP; 8
 	TopK       int     `json:"moe_top_k,omitempty"`    // 0 = 2 (when n_experts > 1); experts per token
 	MoEAuxCoef float64 `json:"moe_aux_coef,omitempty"` // 0 = 0.01; weight of the load-balancing loss in the training loss
+	// Quant fake-quantises the weights of the blocks' linear layers
+	// (attention wqkv and wo, MLP gate, up and down) in every forward —
+	// "none" (or empty), "int8" or "ternary"; see forge.FakeQuant. The
+	// embedding, the tied head and an untied head stay float32 (the
+	// common choice: BitNet keeps them in high precision).
+	Quant string `json:"quant"`
 }
 
 // DefaultConfig is the `small` model: V4096 d256 L6 H8 T256, SwiGLU 1024,
@@ -152,6 +160,8 @@ func (c Config) Validate() error {
 		return bad("ffn_hidden %d: want positive (or 0 for the default)", c.FFNHidden)
 	case c.Dropout < 0 || c.Dropout >= 1:
 		return bad("dropout %g: want 0 <= p < 1", c.Dropout)
+	case !forge.ValidQuant(c.Quant):
+		return bad("quant %q: want \"none\", \"int8\" or \"ternary\"", c.Quant)
 	case c.NormEps < 0 || c.InitStd < 0 || c.RoPETheta < 0:
 		return bad("norm_eps, init_std and rope_theta must not be negative")
 	case c.Experts < 0:

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/forgeml/forge/forge"
+	"github.com/forgeml/forge/forge/nn"
 )
 
 // Sampling chooses the next token from the model's logits.
@@ -58,6 +59,7 @@ func (m *Model) Generate(prompt []int, opts GenerateOptions) (out []int, err err
 	wasTraining := m.training
 	m.SetTraining(false)
 	defer m.SetTraining(wasTraining)
+	defer m.freezeWeights()()
 
 	seq := slices.Clone(prompt)
 	var cache *Cache
@@ -98,6 +100,35 @@ func (m *Model) Generate(prompt []int, opts GenerateOptions) (out []int, err err
 		})
 	})
 	return out, err
+}
+
+// freezeWeights replaces, until the returned function undoes it, each
+// quantised or masked Linear's weight with the weight it computes with
+// (nn.Linear.EffectiveWeight, computed once), so that generation does not
+// fake-quantise every weight again for every token. The values reaching
+// the matmuls are the same, and so are the logits.
+func (m *Model) freezeWeights() (restore func()) {
+	type saved struct {
+		l     *nn.Linear
+		w, mk *forge.Tensor
+		quant string
+	}
+	var ss []saved
+	forge.NoGrad(func() {
+		for _, nl := range m.Linears() {
+			l := nl.Layer
+			if l.Mask == nil && (l.Quant == "" || l.Quant == forge.QuantNone) {
+				continue
+			}
+			ss = append(ss, saved{l, l.Weight, l.Mask, l.Quant})
+			l.Weight, l.Mask, l.Quant = l.EffectiveWeight(), nil, ""
+		}
+	})
+	return func() {
+		for _, s := range ss {
+			s.l.Weight, s.l.Mask, s.l.Quant = s.w, s.mk, s.quant
+		}
+	}
 }
 
 // windowStart is where the window that predicts token n begins: 0 while n

@@ -427,3 +427,40 @@ func TestMoEOverfitOneBatch(t *testing.T) {
 		t.Errorf("cross-entropy %.4f after 200 steps, want < 0.05", ce)
 	}
 }
+
+// TestQuantMoE: a mixture of experts quantises (and can prune) its
+// experts' layers, named as their parameters, and trains.
+func TestQuantMoE(t *testing.T) {
+	c := DefaultConfig()
+	c.Vocab, c.Context, c.Dim, c.Layers, c.Heads, c.FFNHidden = 64, 8, 16, 2, 2, 32
+	c.Experts, c.TopK, c.Quant = 4, 2, forge.QuantTernary
+	m, err := New(c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, p := range m.Params() {
+		names[p.Name] = true
+	}
+	n := 0
+	for _, l := range m.Linears() {
+		if !names[l.Name+".weight"] {
+			t.Errorf("linear %s is not named as a parameter", l.Name)
+		}
+		if strings.Contains(l.Name, "experts") {
+			n++
+			if l.Layer.Quant != forge.QuantTernary {
+				t.Errorf("%s is not quantised", l.Name)
+			}
+		}
+	}
+	if n != 2*4*3 {
+		t.Fatalf("%d expert layers listed, want 24", n)
+	}
+	ids := forge.FromSlice([]int32{1, 2, 3, 4, 5, 6, 7, 8}, 1, 8)
+	loss := m.Loss(ids, ids)
+	loss.Backward()
+	if l := loss.Item(); math.IsNaN(l) || l <= 0 {
+		t.Fatalf("loss %v", l)
+	}
+}

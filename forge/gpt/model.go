@@ -90,7 +90,31 @@ func New(cfg Config, seed uint64) (*Model, error) {
 	for _, p := range m.Params() {
 		p.Tensor.SetName(p.Name)
 	}
+	if err := nn.SetQuant(m.BlockLinears(), c.Quant); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// Linears implements nn.LinearLister: every block's linear layers
+// ("blocks.{i}.attn.wqkv", …), then the untied head ("head") if any. The
+// tied head is the embedding table and is not listed.
+func (m *Model) Linears() []nn.NamedLinear {
+	ls := m.BlockLinears()
+	if m.Head != nil {
+		ls = append(ls, nn.NamedLinear{Name: "head", Layer: m.Head})
+	}
+	return ls
+}
+
+// BlockLinears lists the blocks' linear layers: the ones Config.Quant
+// fake-quantises.
+func (m *Model) BlockLinears() []nn.NamedLinear {
+	var ls []nn.NamedLinear
+	for i, b := range m.Blocks {
+		ls = append(ls, nn.PrefixLinears(fmt.Sprintf("blocks.%d", i), b.Linears())...)
+	}
+	return ls
 }
 
 // Params implements nn.Module.

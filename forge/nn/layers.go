@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
 	"github.com/forgeml/forge/forge"
 )
@@ -40,10 +42,29 @@ func (in Init) dtype() forge.DType {
 // and added. The casts carry the gradients back, so the parameters'
 // gradients stay in their own dtype. Any other Compute (the zero value is
 // Float32) is the plain product in the weight's dtype.
+//
+// # Masks and quantisation
+//
+// The product uses EffectiveWeight, built in each forward from the float32
+// master weight (the parameter the optimizer updates):
+//
+//	w = Weight ⊙ Mask              when Mask is set (a fixed 0/1 tensor: pruning)
+//	w = forge.FakeQuant(w, Quant)  when Quant is "int8" or "ternary"
+//
+// then cast to Compute under mixed precision. The mask's product sends
+// zero gradient to the pruned entries; SetMask and ApplyMask also zero
+// them in the master weight, and the trainer applies the masks after
+// every optimizer step (AdamW's moments and decoupled weight decay could
+// otherwise move them), so pruned weights are zero in the weight itself,
+// its checkpoints and exports, not only in the forward. FakeQuant's
+// straight-through estimator hands the gradient of the quantised weight
+// to the master weight unchanged.
 type Linear struct {
 	Weight  *forge.Tensor // (out, in)
 	Bias    *forge.Tensor // (out), or nil
 	Compute forge.DType   // Float16 or BFloat16: the product's dtype; else the weight's
+	Quant   string        // "" or "none", "int8", "ternary": forge.FakeQuant of the weight in each forward
+	Mask    *forge.Tensor // (out, in) of 0 and 1, no gradient, or nil: the weight is Weight ⊙ Mask
 }
 
 // NewLinear returns a Linear with N(0, std²) weights and zero bias.
@@ -58,16 +79,65 @@ func NewLinear(in Init, nIn, nOut int, bias bool, std float64) *Linear {
 // Forward maps x (…, in) to (…, out).
 func (l *Linear) Forward(x *forge.Tensor) *forge.Tensor {
 	l.check(x)
+	w := l.EffectiveWeight()
 	var y *forge.Tensor
 	if l.mixed() {
-		y = x.Cast(l.Compute).MatMul(l.Weight.Cast(l.Compute).T()).Cast(x.DType())
+		y = x.Cast(l.Compute).MatMul(w.Cast(l.Compute).T()).Cast(x.DType())
 	} else {
-		y = x.MatMul(l.Weight.T())
+		y = x.MatMul(w.T())
 	}
 	if l.Bias != nil {
 		y = y.Add(l.Bias.Cast(y.DType()))
 	}
 	return y
+}
+
+// EffectiveWeight is the weight the product uses: Weight ⊙ Mask (when
+// masked), fake-quantised under Quant. It is Weight itself with neither.
+func (l *Linear) EffectiveWeight() *forge.Tensor {
+	return forge.FakeQuant(l.EffectiveMaskedWeight(), l.Quant)
+}
+
+// SetMask fixes the layer's pruning mask (nil removes it): a tensor of the
+// weight's shape holding only 0 and 1, kept without a gradient on the
+// weight's device; the masked entries of the weight are zeroed now. It
+// panics on a mask of another shape or with other values.
+func (l *Linear) SetMask(mask *forge.Tensor) {
+	if mask == nil {
+		l.Mask = nil
+		return
+	}
+	if !slices.Equal(mask.Shape(), l.Weight.Shape()) {
+		panic(errorf("linear.set_mask", "mask %v does not match the weight %v", mask.Shape(), l.Weight.Shape()))
+	}
+	var m *forge.Tensor
+	forge.NoGrad(func() {
+		m = mask.Detach().Cast(l.Weight.DType()).To(l.Weight.Device()).Contiguous().Clone()
+		if bad := m.Ne(forge.ZerosLike(m)).Mul(m.Ne(forge.OnesLike(m))).Sum().Item(); bad != 0 {
+			panic(errorf("linear.set_mask", "mask %v holds %v values other than 0 and 1", mask.Shape(), bad))
+		}
+	})
+	l.Mask = m
+	l.ApplyMask()
+}
+
+// ApplyMask zeroes the masked entries of the master weight in place (no
+// graph); without a mask it does nothing.
+func (l *Linear) ApplyMask() {
+	if l.Mask == nil {
+		return
+	}
+	forge.NoGrad(func() { l.Weight.CopyFrom(l.Weight.Mul(l.Mask)) })
+}
+
+// Sparsity is the fraction of the weight the mask removes (0 without one).
+func (l *Linear) Sparsity() float64 {
+	if l.Mask == nil {
+		return 0
+	}
+	var kept float64
+	forge.NoGrad(func() { kept = l.Mask.Sum().Item() })
+	return 1 - kept/float64(l.Mask.Numel())
 }
 
 // mixed reports whether the product runs in another dtype than the weight's.
@@ -262,6 +332,11 @@ func (a *Attention) Params() []Param {
 	return append(Prefix("wqkv", a.WQKV.Params()), Prefix("wo", a.WO.Params())...)
 }
 
+// Linears implements LinearLister.
+func (a *Attention) Linears() []NamedLinear {
+	return []NamedLinear{{"wqkv", a.WQKV}, {"wo", a.WO}}
+}
+
 func shapeOf(t *forge.Tensor) []int {
 	if t == nil {
 		return nil
@@ -298,13 +373,13 @@ func (m *MLP) Forward(x *forge.Tensor) *forge.Tensor {
 		var g, u *forge.Tensor
 		switch dt := m.Gate.Compute; {
 		case !m.Gate.mixed() && !m.Up.mixed():
-			g, u = forge.MatMulPair(x, m.Gate.Weight.T(), x, m.Up.Weight.T())
+			g, u = forge.MatMulPair(x, m.Gate.EffectiveWeight().T(), x, m.Up.EffectiveWeight().T())
 		case m.Up.Compute == dt:
 			// Mixed precision: both products in dt, cast back to x's
 			// dtype (a no-op when x is already 16-bit, as a norm's
 			// output under gpt.Model.SetCompute is).
 			xc := x.Cast(dt)
-			g, u = forge.MatMulPair(xc, m.Gate.Weight.Cast(dt).T(), xc, m.Up.Weight.Cast(dt).T())
+			g, u = forge.MatMulPair(xc, m.Gate.EffectiveWeight().Cast(dt).T(), xc, m.Up.EffectiveWeight().Cast(dt).T())
 			g, u = g.Cast(x.DType()), u.Cast(x.DType())
 		default:
 			return m.Down.Forward(forge.SwiGLU(m.Gate.Forward(x), m.Up.Forward(x)))
@@ -325,6 +400,15 @@ func (m *MLP) Params() []Param {
 	}
 	ps = append(ps, Prefix("w_up", m.Up.Params())...)
 	return append(ps, Prefix("w_down", m.Down.Params())...)
+}
+
+// Linears implements LinearLister.
+func (m *MLP) Linears() []NamedLinear {
+	var ls []NamedLinear
+	if m.Gate != nil {
+		ls = append(ls, NamedLinear{"w_gate", m.Gate})
+	}
+	return append(ls, NamedLinear{"w_up", m.Up}, NamedLinear{"w_down", m.Down})
 }
 
 // Block is a pre-norm transformer block:
@@ -376,6 +460,20 @@ func (b *Block) Params() []Param {
 		return append(ps, Prefix("mlp", b.MoE.Params())...)
 	}
 	return append(ps, Prefix("mlp", b.MLP.Params())...)
+}
+
+// Linears implements LinearLister.
+func (b *Block) Linears() []NamedLinear {
+	ls := PrefixLinears("attn", b.Attn.Linears())
+	if b.MoE != nil {
+		// The experts' layers (mlp.experts.{e}.w_up, …); the router stays
+		// float32 and unpruned.
+		for e, ex := range b.MoE.Experts {
+			ls = append(ls, PrefixLinears(fmt.Sprintf("mlp.experts.%d", e), ex.Linears())...)
+		}
+		return ls
+	}
+	return append(ls, PrefixLinears("mlp", b.MLP.Linears())...)
 }
 
 // ResidualStd is the initial standard deviation of the projections that

@@ -117,6 +117,25 @@ type SummaryRow struct {
 	Shape []int
 	Count int
 	Share float64 // of the module's total
+
+	// The weight of a Linear (when the module is a LinearLister): its
+	// fake quantiser ("" for none) and the fraction its mask prunes.
+	Quant    string
+	Sparsity float64
+	Masked   bool
+}
+
+// Notes is the row's quantiser and mask, e.g. "int8, mask 50.0%" ("" for
+// neither).
+func (r SummaryRow) Notes() string {
+	var ns []string
+	if r.Quant != "" && r.Quant != forge.QuantNone {
+		ns = append(ns, r.Quant)
+	}
+	if r.Masked {
+		ns = append(ns, fmt.Sprintf("mask %.1f%%", 100*r.Sparsity))
+	}
+	return strings.Join(ns, ", ")
 }
 
 // Summary lists a module's parameters and their total.
@@ -125,12 +144,23 @@ type Summary struct {
 	Total int
 }
 
-// Summarize describes m's parameters.
+// Summarize describes m's parameters; a LinearLister's weights also show
+// their quantiser and mask.
 func Summarize(m Module) Summary {
 	var s Summary
+	lin := map[string]*Linear{}
+	if ll, ok := m.(LinearLister); ok {
+		for _, l := range ll.Linears() {
+			lin[l.Name+".weight"] = l.Layer
+		}
+	}
 	for _, p := range m.Params() {
 		n := p.Tensor.Numel()
-		s.Rows = append(s.Rows, SummaryRow{Name: p.Name, Shape: p.Tensor.Shape(), Count: n})
+		r := SummaryRow{Name: p.Name, Shape: p.Tensor.Shape(), Count: n}
+		if l := lin[p.Name]; l != nil && l.Weight == p.Tensor {
+			r.Quant, r.Masked, r.Sparsity = l.Quant, l.Mask != nil, l.Sparsity()
+		}
+		s.Rows = append(s.Rows, r)
 		s.Total += n
 	}
 	for i := range s.Rows {
@@ -145,15 +175,25 @@ func Summarize(m Module) Summary {
 func (s Summary) String() string {
 	wName, wShape := len("parameter"), len("shape")
 	shapes := make([]string, len(s.Rows))
+	notes := false
 	for i, r := range s.Rows {
 		shapes[i] = fmt.Sprint(r.Shape)
 		wName = max(wName, len(r.Name))
 		wShape = max(wShape, len(shapes[i]))
+		notes = notes || r.Notes() != ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-*s  %-*s  %12s  %6s\n", wName, "parameter", wShape, "shape", "count", "share")
+	head := fmt.Sprintf("%-*s  %-*s  %12s  %6s", wName, "parameter", wShape, "shape", "count", "share")
+	if notes {
+		head += "  notes"
+	}
+	b.WriteString(head + "\n")
 	for i, r := range s.Rows {
-		fmt.Fprintf(&b, "%-*s  %-*s  %12s  %5.1f%%\n", wName, r.Name, wShape, shapes[i], numfmt.Thousands(r.Count), 100*r.Share)
+		line := fmt.Sprintf("%-*s  %-*s  %12s  %5.1f%%", wName, r.Name, wShape, shapes[i], numfmt.Thousands(r.Count), 100*r.Share)
+		if n := r.Notes(); n != "" {
+			line += "  " + n
+		}
+		b.WriteString(line + "\n")
 	}
 	fmt.Fprintf(&b, "%-*s  %-*s  %12s\n", wName, "total", wShape, "", numfmt.Thousands(s.Total))
 	return b.String()

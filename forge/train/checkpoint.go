@@ -55,19 +55,52 @@ type FileSum struct {
 }
 
 // SaveWeights writes the model's parameters to a safetensors file (names
-// as in gpt.Model.Params) with the config in its metadata.
+// as in gpt.Model.Params) with the config in its metadata, and the
+// pruning mask of each masked Linear as "mask.<its weight's name>"
+// (blocks.0.attn.wqkv's as mask.blocks.0.attn.wqkv.weight, float32 0/1).
 func SaveWeights(path string, m *gpt.Model) error {
 	cfg, _ := json.Marshal(m.Config)
-	return safetensors.WriteFile(path, paramTensors("", m), map[string]string{"format": "forge", "config": string(cfg)})
+	ts := paramTensors("", m)
+	for _, l := range m.Linears() {
+		if mk := l.Layer.Mask; mk != nil {
+			ts = append(ts, safetensors.F32(maskPrefix+l.Name+".weight", mk.Shape(), mk.Cast(forge.Float32).Float32s()))
+		}
+	}
+	return safetensors.WriteFile(path, ts, map[string]string{"format": "forge", "config": string(cfg)})
 }
 
-// LoadWeights reads parameters saved by SaveWeights into m.
+// maskPrefix starts the names of the masks in a weights file.
+const maskPrefix = "mask."
+
+// LoadWeights reads parameters saved by SaveWeights into m, and its masks:
+// a Linear whose mask the file holds gets it, every other Linear none.
 func LoadWeights(path string, m *gpt.Model) error {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	return fillParams(path, f, "", m)
+	if err := fillParams(path, f, "", m); err != nil {
+		return err
+	}
+	return fillMasks(path, f, m)
+}
+
+// fillMasks sets the masks of m's Linears from f.
+func fillMasks(path string, f *safetensors.File, m *gpt.Model) error {
+	return forge.Try(func() {
+		for _, l := range m.Linears() {
+			t, ok := f.Get(maskPrefix + l.Name + ".weight")
+			if !ok {
+				l.Layer.SetMask(nil)
+				continue
+			}
+			v, err := t.Float32s()
+			if err != nil {
+				panic(&forge.Error{Op: "train.load_weights", Msg: fmt.Sprintf("%s: mask of %s: %v", path, l.Name, err)})
+			}
+			l.Layer.SetMask(forge.FromSlice(v, t.Shape...).To(l.Layer.Weight.Device()))
+		}
+	})
 }
 
 func paramTensors(prefix string, m *gpt.Model) []safetensors.Tensor {
@@ -109,6 +142,9 @@ func fillParams(path string, f *safetensors.File, prefix string, m *gpt.Model) e
 	}
 	if errOut != nil {
 		return errOut
+	}
+	for _, l := range m.Linears() {
+		want[maskPrefix+l.Name+".weight"] = true // optional; fillMasks reads it
 	}
 	for _, t := range f.Tensors {
 		if len(prefix) <= len(t.Name) && t.Name[:len(prefix)] == prefix && !want[t.Name] {

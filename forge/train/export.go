@@ -29,8 +29,13 @@ import (
 //     transposed into GPT-2's Conv1D layout; missing biases exported as
 //     zeros).
 //
-// Other combinations, and mixtures of experts, return an error naming what
+// Mixtures of experts and other combinations return an error naming what
 // does not map.
+//
+// The linear layers' weights are the ones the model computes with
+// (nn.Linear.EffectiveWeight): under quant the fake-quantised float32
+// values, pruned entries zero, so the exported model computes what the
+// trained one does.
 func Export(m *gpt.Model, tok tokenizer.Tokenizer, dir string) (family string, err error) {
 	c := m.Config
 	if c.MoE() {
@@ -39,14 +44,16 @@ func Export(m *gpt.Model, tok tokenizer.Tokenizer, dir string) (family string, e
 	var tensors []safetensors.Tensor
 	var config map[string]any
 	err = forge.Try(func() {
-		switch {
-		case c.Norm == "rmsnorm" && c.MLP == "swiglu" && c.Position == "rope" && !c.Bias:
-			family = "llama"
-			tensors, config = exportLlama(m)
-		case c.Norm == "layernorm" && c.MLP == "gelu" && c.Position == "learned" && c.KVHeads == c.Heads:
-			family = "gpt2"
-			tensors, config = exportGPT2(m)
-		}
+		forge.NoGrad(func() {
+			switch {
+			case c.Norm == "rmsnorm" && c.MLP == "swiglu" && c.Position == "rope" && !c.Bias:
+				family = "llama"
+				tensors, config = exportLlama(m)
+			case c.Norm == "layernorm" && c.MLP == "gelu" && c.Position == "learned" && c.KVHeads == c.Heads:
+				family = "gpt2"
+				tensors, config = exportGPT2(m)
+			}
+		})
 	})
 	if err != nil {
 		return "", err
@@ -165,22 +172,22 @@ func exportLlama(m *gpt.Model) ([]safetensors.Tensor, map[string]any) {
 	ts := []safetensors.Tensor{f32("model.embed_tokens.weight", m.Wte.Weight)}
 	for i, b := range m.Blocks {
 		p := fmt.Sprintf("model.layers.%d.", i)
-		qkv := b.Attn.WQKV.Weight.Split(0, H*D, K*D, K*D)
+		qkv := b.Attn.WQKV.EffectiveWeight().Split(0, H*D, K*D, K*D)
 		ts = append(ts,
 			f32(p+"input_layernorm.weight", b.Norm1.Weight),
 			f32(p+"self_attn.q_proj.weight", ropeRows(qkv[0], H, D)),
 			f32(p+"self_attn.k_proj.weight", ropeRows(qkv[1], K, D)),
 			f32(p+"self_attn.v_proj.weight", qkv[2]),
-			f32(p+"self_attn.o_proj.weight", b.Attn.WO.Weight),
+			f32(p+"self_attn.o_proj.weight", b.Attn.WO.EffectiveWeight()),
 			f32(p+"post_attention_layernorm.weight", b.Norm2.Weight),
-			f32(p+"mlp.gate_proj.weight", b.MLP.Gate.Weight),
-			f32(p+"mlp.up_proj.weight", b.MLP.Up.Weight),
-			f32(p+"mlp.down_proj.weight", b.MLP.Down.Weight),
+			f32(p+"mlp.gate_proj.weight", b.MLP.Gate.EffectiveWeight()),
+			f32(p+"mlp.up_proj.weight", b.MLP.Up.EffectiveWeight()),
+			f32(p+"mlp.down_proj.weight", b.MLP.Down.EffectiveWeight()),
 		)
 	}
 	ts = append(ts, f32("model.norm.weight", m.NormF.Weight))
 	if m.Head != nil {
-		ts = append(ts, f32("lm_head.weight", m.Head.Weight))
+		ts = append(ts, f32("lm_head.weight", m.Head.EffectiveWeight()))
 	}
 	return ts, map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
@@ -207,16 +214,16 @@ func exportGPT2(m *gpt.Model) ([]safetensors.Tensor, map[string]any) {
 		F := b.MLP.Up.Weight.Size(0)
 		ts = append(ts,
 			f32(p+"ln_1.weight", b.Norm1.Weight), f32(p+"ln_1.bias", bias(b.Norm1.Bias, c.Dim)),
-			f32(p+"attn.c_attn.weight", b.Attn.WQKV.Weight.T()), f32(p+"attn.c_attn.bias", bias(b.Attn.WQKV.Bias, 3*c.Dim)),
-			f32(p+"attn.c_proj.weight", b.Attn.WO.Weight.T()), f32(p+"attn.c_proj.bias", bias(b.Attn.WO.Bias, c.Dim)),
+			f32(p+"attn.c_attn.weight", b.Attn.WQKV.EffectiveWeight().T()), f32(p+"attn.c_attn.bias", bias(b.Attn.WQKV.Bias, 3*c.Dim)),
+			f32(p+"attn.c_proj.weight", b.Attn.WO.EffectiveWeight().T()), f32(p+"attn.c_proj.bias", bias(b.Attn.WO.Bias, c.Dim)),
 			f32(p+"ln_2.weight", b.Norm2.Weight), f32(p+"ln_2.bias", bias(b.Norm2.Bias, c.Dim)),
-			f32(p+"mlp.c_fc.weight", b.MLP.Up.Weight.T()), f32(p+"mlp.c_fc.bias", bias(b.MLP.Up.Bias, F)),
-			f32(p+"mlp.c_proj.weight", b.MLP.Down.Weight.T()), f32(p+"mlp.c_proj.bias", bias(b.MLP.Down.Bias, c.Dim)),
+			f32(p+"mlp.c_fc.weight", b.MLP.Up.EffectiveWeight().T()), f32(p+"mlp.c_fc.bias", bias(b.MLP.Up.Bias, F)),
+			f32(p+"mlp.c_proj.weight", b.MLP.Down.EffectiveWeight().T()), f32(p+"mlp.c_proj.bias", bias(b.MLP.Down.Bias, c.Dim)),
 		)
 	}
 	ts = append(ts, f32("transformer.ln_f.weight", m.NormF.Weight), f32("transformer.ln_f.bias", bias(m.NormF.Bias, c.Dim)))
 	if m.Head != nil {
-		ts = append(ts, f32("lm_head.weight", m.Head.Weight))
+		ts = append(ts, f32("lm_head.weight", m.Head.EffectiveWeight()))
 	}
 	return ts, map[string]any{
 		"architectures": []string{"GPT2LMHeadModel"}, "model_type": "gpt2",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/tokenizer"
 )
 
@@ -34,11 +35,18 @@ func TestExportMatchesTransformersSemantics(t *testing.T) {
 	gpt2.KVHeads, gpt2.Norm, gpt2.MLP, gpt2.Position, gpt2.Bias = 0, "layernorm", "gelu", "learned", true
 	untied := llama
 	untied.Untied = true
+	ternary := llama // exported with its fake-quantised, pruned weights
+	ternary.Quant = "ternary"
 	var args []string
-	for name, c := range map[string]gpt.Config{"llama": llama, "gpt2": gpt2, "llama-untied": untied} {
+	for name, c := range map[string]gpt.Config{"llama": llama, "gpt2": gpt2, "llama-untied": untied, "llama-ternary-pruned": ternary} {
 		m, err := gpt.New(c, 5)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.Quant != "" {
+			if err := nn.PruneByMagnitude(m.Linears(), 0.3); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if c.Bias { // make the biases nonzero
 			forge.NoGrad(func() {

@@ -16,8 +16,10 @@ import (
 // logits. With a mixture of experts the weights count every expert, and a
 // token keeps k copies of the MLP's values plus, per copy, its gathered
 // input, the expert's output and the gated output (3·d_model), and the
-// router's logits and probabilities (2·n_experts). Temporaries come on
-// top, so a run needs more than this; a config that needs more than this
+// router's logits and probabilities (2·n_experts). Under quant (int8,
+// ternary) the fake-quantised block weights the matmuls keep for the
+// backward count too (4 bytes a block weight). Temporaries come on top,
+// so a run needs more than this; a config that needs more than this
 // cannot run at all.
 //
 // A block whose activations are checkpointed (gpt.Config.Checkpoint)
@@ -66,7 +68,19 @@ func (c Config) MemoryNeeded() Memory {
 	if k > 0 {
 		perToken += float64(k)*4*C + block
 	}
-	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: tokens * perToken,
+	acts := tokens * perToken
+	if r.Quant == forge.QuantInt8 || r.Quant == forge.QuantTernary {
+		D := float64(r.HeadDim())
+		mlp := 2 * C * F
+		if r.MLP == "swiglu" {
+			mlp = 3 * C * F
+		}
+		if r.MoE() {
+			mlp *= float64(r.Experts)
+		}
+		acts += 4 * float64(r.Layers) * (C*float64(r.Heads+2*r.KVHeads)*D + float64(r.Heads)*D*C + mlp)
+	}
+	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: acts,
 		Checkpointed: k, Layers: r.Layers}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/tokenizer"
 	"github.com/forgeml/forge/internal/atomicfile"
 )
@@ -422,6 +423,19 @@ func (s *Session) resume(opts OpenOptions) error {
 	}
 	s.repo = readFrom(s.dir)
 	return s.loadLatest()
+}
+
+// PruneByMagnitude masks the smallest-magnitude fraction sparsity of each
+// of the model's Linear layers (nn.PruneByMagnitude: per layer, the blocks'
+// and an untied head's; the tied embedding is never pruned) and saves a
+// checkpoint, so the masks are part of the run from here on: the trainer
+// keeps the pruned weights at zero and every later checkpoint, and so
+// resume, carries the masks.
+func (s *Session) PruneByMagnitude(sparsity float64) error {
+	if err := nn.PruneByMagnitude(s.model.Linears(), sparsity); err != nil {
+		return err
+	}
+	return s.Save()
 }
 
 // Save writes a checkpoint of the current step and makes it the latest.

@@ -153,7 +153,7 @@ func TestOpenErrors(t *testing.T) {
 }
 
 func TestConfigsParse(t *testing.T) {
-	for _, name := range []string{"tiny", "small", "gpt-10m", "gpt-25m", "gpt-100m", "gpt2-tiny", "gpt-50m-deep", "gpt-200m"} {
+	for _, name := range []string{"tiny", "small", "gpt-10m", "gpt-25m", "gpt-100m", "gpt2-tiny", "gpt-50m-deep", "gpt-200m", "gpt-50m-ternary"} {
 		c, err := LoadConfig(name)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)

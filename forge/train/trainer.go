@@ -454,6 +454,9 @@ func (t *Trainer) Step() Metrics {
 	mem.dev.ResetPeak() // the micro-batch's end freed its activations
 	clip := optim.ClipGradNormDeferredScaled(t.params, cfg.GradClip, scale)
 	t.Opt.StepClipped(clip)
+	// Pruned weights stay zero: AdamW's moments and weight decay would
+	// otherwise move them (the forward multiplies by the mask anyway).
+	nn.ApplyMasks(t.Model.Linears())
 	mem.phase(&mem.m.OptimizerPeak, &mem.m.OptimizerLive)
 	// The one wait: the first read finishes the queue.
 	loss := 0.0

@@ -10,20 +10,24 @@ import (
 func init() {
 	Symbols["github.com/forgeml/forge/forge/nn/nn"] = map[string]reflect.Value{
 		// function, constant and variable definitions
-		"Count":        reflect.ValueOf(nn.Count),
-		"Find":         reflect.ValueOf(nn.Find),
-		"Match":        reflect.ValueOf(nn.Match),
-		"NewAttention": reflect.ValueOf(nn.NewAttention),
-		"NewEmbedding": reflect.ValueOf(nn.NewEmbedding),
-		"NewLayerNorm": reflect.ValueOf(nn.NewLayerNorm),
-		"NewLinear":    reflect.ValueOf(nn.NewLinear),
-		"NewMLP":       reflect.ValueOf(nn.NewMLP),
-		"NewMoE":       reflect.ValueOf(nn.NewMoE),
-		"NewRMSNorm":   reflect.ValueOf(nn.NewRMSNorm),
-		"Prefix":       reflect.ValueOf(nn.Prefix),
-		"ResidualStd":  reflect.ValueOf(nn.ResidualStd),
-		"Summarize":    reflect.ValueOf(nn.Summarize),
-		"Tensors":      reflect.ValueOf(nn.Tensors),
+		"ApplyMasks":       reflect.ValueOf(nn.ApplyMasks),
+		"Count":            reflect.ValueOf(nn.Count),
+		"Find":             reflect.ValueOf(nn.Find),
+		"Match":            reflect.ValueOf(nn.Match),
+		"NewAttention":     reflect.ValueOf(nn.NewAttention),
+		"NewEmbedding":     reflect.ValueOf(nn.NewEmbedding),
+		"NewLayerNorm":     reflect.ValueOf(nn.NewLayerNorm),
+		"NewLinear":        reflect.ValueOf(nn.NewLinear),
+		"NewMLP":           reflect.ValueOf(nn.NewMLP),
+		"NewMoE":           reflect.ValueOf(nn.NewMoE),
+		"NewRMSNorm":       reflect.ValueOf(nn.NewRMSNorm),
+		"Prefix":           reflect.ValueOf(nn.Prefix),
+		"PrefixLinears":    reflect.ValueOf(nn.PrefixLinears),
+		"PruneByMagnitude": reflect.ValueOf(nn.PruneByMagnitude),
+		"ResidualStd":      reflect.ValueOf(nn.ResidualStd),
+		"SetQuant":         reflect.ValueOf(nn.SetQuant),
+		"Summarize":        reflect.ValueOf(nn.Summarize),
+		"Tensors":          reflect.ValueOf(nn.Tensors),
 
 		// type definitions
 		"Attention":       reflect.ValueOf((*nn.Attention)(nil)),
@@ -33,9 +37,11 @@ func init() {
 		"Init":            reflect.ValueOf((*nn.Init)(nil)),
 		"KVCache":         reflect.ValueOf((*nn.KVCache)(nil)),
 		"Linear":          reflect.ValueOf((*nn.Linear)(nil)),
+		"LinearLister":    reflect.ValueOf((*nn.LinearLister)(nil)),
 		"MLP":             reflect.ValueOf((*nn.MLP)(nil)),
 		"MoE":             reflect.ValueOf((*nn.MoE)(nil)),
 		"Module":          reflect.ValueOf((*nn.Module)(nil)),
+		"NamedLinear":     reflect.ValueOf((*nn.NamedLinear)(nil)),
 		"Norm":            reflect.ValueOf((*nn.Norm)(nil)),
 		"Param":           reflect.ValueOf((*nn.Param)(nil)),
 		"RouterStats":     reflect.ValueOf((*nn.RouterStats)(nil)),
@@ -43,8 +49,19 @@ func init() {
 		"SummaryRow":      reflect.ValueOf((*nn.SummaryRow)(nil)),
 
 		// interface wrapper definitions
-		"_Module": reflect.ValueOf((*_github_com_forgeml_forge_forge_nn_Module)(nil)),
+		"_LinearLister": reflect.ValueOf((*_github_com_forgeml_forge_forge_nn_LinearLister)(nil)),
+		"_Module":       reflect.ValueOf((*_github_com_forgeml_forge_forge_nn_Module)(nil)),
 	}
+}
+
+// _github_com_forgeml_forge_forge_nn_LinearLister is an interface wrapper for LinearLister type
+type _github_com_forgeml_forge_forge_nn_LinearLister struct {
+	IValue   interface{}
+	WLinears func() []nn.NamedLinear
+}
+
+func (W _github_com_forgeml_forge_forge_nn_LinearLister) Linears() []nn.NamedLinear {
+	return W.WLinears()
 }
 
 // _github_com_forgeml_forge_forge_nn_Module is an interface wrapper for Module type

@@ -4,6 +4,8 @@ package symbols
 
 import (
 	"github.com/forgeml/forge/forge"
+	"go/constant"
+	"go/token"
 	"reflect"
 )
 
@@ -29,6 +31,7 @@ func init() {
 		"DeviceNames":         reflect.ValueOf(forge.DeviceNames),
 		"Dropout":             reflect.ValueOf(forge.Dropout),
 		"Embedding":           reflect.ValueOf(forge.Embedding),
+		"FakeQuant":           reflect.ValueOf(forge.FakeQuant),
 		"Float16":             reflect.ValueOf(forge.Float16),
 		"Float32":             reflect.ValueOf(forge.Float32),
 		"Float64":             reflect.ValueOf(forge.Float64),
@@ -55,6 +58,13 @@ func init() {
 		"PhaseBackward":       reflect.ValueOf(forge.PhaseBackward),
 		"PhaseForward":        reflect.ValueOf(forge.PhaseForward),
 		"PhaseOptimizer":      reflect.ValueOf(forge.PhaseOptimizer),
+		"QuantInt8":           reflect.ValueOf(constant.MakeFromLiteral("\"int8\"", token.STRING, 0)),
+		"QuantInt8Levels":     reflect.ValueOf(constant.MakeFromLiteral("127", token.INT, 0)),
+		"QuantInt8MinAbsMax":  reflect.ValueOf(constant.MakeFromLiteral("1.000000000000000000000707446218885976918933772283892835730512161e-08", token.FLOAT, 0)),
+		"QuantNone":           reflect.ValueOf(constant.MakeFromLiteral("\"none\"", token.STRING, 0)),
+		"QuantTernary":        reflect.ValueOf(constant.MakeFromLiteral("\"ternary\"", token.STRING, 0)),
+		"QuantTernaryEps":     reflect.ValueOf(constant.MakeFromLiteral("9.999999999999999999948913325368725010799941799177759094163775444e-06", token.FLOAT, 0)),
+		"Quantize":            reflect.ValueOf(forge.Quantize),
 		"RMSNorm":             reflect.ValueOf(forge.RMSNorm),
 		"RMSNormAs":           reflect.ValueOf(forge.RMSNormAs),
 		"Rand":                reflect.ValueOf(forge.Rand),
@@ -77,6 +87,7 @@ func init() {
 		"TripwireOn":          reflect.ValueOf(forge.TripwireOn),
 		"Try":                 reflect.ValueOf(forge.Try),
 		"UseDevice":           reflect.ValueOf(forge.UseDevice),
+		"ValidQuant":          reflect.ValueOf(forge.ValidQuant),
 		"Where":               reflect.ValueOf(forge.Where),
 		"WithPhase":           reflect.ValueOf(forge.WithPhase),
 		"Zeros":               reflect.ValueOf(forge.Zeros),

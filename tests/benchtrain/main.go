@@ -185,6 +185,7 @@ func bench(name string) error {
 		fmt.Printf("  %-22s %-22s %9.1f %10.0f %9.1f %6.1f%%\n", label, core, ms, tokens/ms*1e3, gflops, 100*gflops/peakGFLOPS())
 	}
 	line("forge", variantOf(forge.DefaultDevice()), goMed)
+	quantRows(cfg, fixed{x, y}, tr, n, line)
 	best, bestTh := 0.0, 0
 	for _, th := range []int{1, 2} {
 		if ms := torchMS[th]; len(ms) > 0 {
@@ -209,6 +210,41 @@ func bench(name string) error {
 	profileStep(tr, goMed)
 	fmt.Println()
 	return nil
+}
+
+// quantRows times the config with quantisation-aware training ("quant":
+// int8, ternary), alternating rounds with the plain model's trainer so
+// both see the same machine, and prints a row per mode with its
+// tokens/s relative to the plain model's over the same rounds.
+func quantRows(cfg train.Config, batch train.Batches, plain *train.Trainer, n int, line func(label, core string, ms float64)) {
+	for _, mode := range []string{forge.QuantInt8, forge.QuantTernary} {
+		c := cfg
+		c.Model.Quant = mode
+		m, err := gpt.New(c.Model, 0)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtrain: quant %s: %v\n", mode, err)
+			return
+		}
+		tr, err := train.NewTrainer(c, m, batch, nil)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtrain: quant %s: %v\n", mode, err)
+			return
+		}
+		for range 3 {
+			tr.Step()
+		}
+		var qMS, pMS []float64
+		for range *rounds {
+			for range n {
+				pMS = append(pMS, plain.Step().StepMS)
+			}
+			for range n {
+				qMS = append(qMS, tr.Step().StepMS)
+			}
+		}
+		q, p := median(qMS), median(pMS)
+		line("forge quant "+mode, fmt.Sprintf("%.2f× plain tokens/s", p/q), q)
+	}
 }
 
 func runTorch(config string, threads, steps int) (torchResult, error) {
