@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/data"
+	"github.com/forgeml/forge/forge/dataset"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
 	"github.com/forgeml/forge/forge/tokenizer"
@@ -222,7 +224,7 @@ func cmdEval(e *env, args []string) error {
 	}
 	cfg := snap.Config
 	if *valFile == "" {
-		*valFile = filepath.Join(*runDir, train.DataDir, data.ValFile)
+		*valFile = train.ValData(*runDir)
 	}
 	val, err := data.OpenLoader(*valFile, cfg.Batch, cfg.Model.Context, 0)
 	if err != nil {
@@ -361,9 +363,20 @@ func cmdPrepare(e *env, args []string) error {
 	tokPath := fs.String("use-tokenizer", "", "an existing tokenizer.json to encode with (instead of training one)")
 	valFrac := fs.Float64("val", 0.1, "fraction of tokens held out for validation")
 	context := fs.Int("context", 256, "the context the files must fit (each split gets at least context+1 tokens)")
+	var sources multiFlag
+	fs.Var(&sources, "data", "a source to stream (repeatable): file, directory, glob, .jsonl, .parquet or hf:org/name[/config][@split], optionally :weight")
+	mixSpec := fs.String("mix", "", "presets to stream, with weights: fineweb-edu:0.6,dclm:0.4 (see --help)")
+	field := fs.String("field", "text", "the text field of JSON Lines, Parquet and hub sources")
+	shardTokens := fs.Int("shard-tokens", dataset.DefaultShardTokens, "tokens per shard file when streaming")
+	sample := fs.String("sample", "64MB", "text the tokenizer trains on when streaming (KB, MB, GB)")
+	maxBytes := fs.String("max-bytes", "", "stop streaming after this much text (KB, MB, GB; default: until a source runs out)")
+	chunk := fs.String("chunk", "1MB", "text encoded as one unit when streaming (every 1/val-th chunk is held out)")
 	files, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(sources) > 0 || *mixSpec != "" {
+		return prepareStream(e, *out, sources, files, *mixSpec, *field, *kind, *vocab, *tokPath, *valFrac, *context, *shardTokens, *sample, *maxBytes, *chunk)
 	}
 	if *out == "" {
 		return usagef("--out is required: the directory to write the token files to")
@@ -433,6 +446,116 @@ func cmdPrepare(e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "%s: %d-token %s tokenizer, %d training and %d validation tokens (%.2f bytes/token) in %s\n",
 		*out, tok.VocabSize(), tok.Kind(), res.TrainTokens, res.ValTokens, float64(res.TextBytes)/float64(max(1, res.Tokens())), time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// prepareStream is forge prepare over --data and --mix sources: streamed,
+// mixed by weight, written as shards.
+func prepareStream(e *env, out string, specs, files []string, mixSpec, field, kind string, vocab int, tokPath string, valFrac float64, context, shardTokens int, sample, maxBytes, chunk string) error {
+	if out == "" {
+		return usagef("--out is required: the directory to write the shards to")
+	}
+	if len(files) > 0 {
+		return usagef("give the sources with --data when streaming (got %s as well)", strings.Join(files, " "))
+	}
+	sampleN, err := parseBytes("--sample", sample)
+	if err != nil {
+		return err
+	}
+	chunkN, err := parseBytes("--chunk", chunk)
+	if err != nil {
+		return err
+	}
+	var maxN int64
+	if maxBytes != "" {
+		if maxN, err = parseBytes("--max-bytes", maxBytes); err != nil {
+			return err
+		}
+	}
+	var srcs []*dataset.Source
+	for _, spec := range specs {
+		s, err := dataset.ParseSource(spec, field)
+		if err != nil {
+			return err
+		}
+		srcs = append(srcs, s)
+	}
+	if mixSpec != "" {
+		m, err := dataset.ParseMix(mixSpec)
+		if err != nil {
+			return err
+		}
+		srcs = append(srcs, m...)
+	}
+	opts := dataset.Options{Kind: kind, Vocab: vocab, SampleBytes: sampleN, ShardTokens: shardTokens, ValFraction: valFrac,
+		Context: context, MaxBytes: maxN, ChunkBytes: int(chunkN)}
+	if tokPath != "" {
+		if opts.Tokenizer, err = tokenizer.Load(tokPath); err != nil {
+			return err
+		}
+	}
+	hub := dataset.DefaultHub()
+	hub.Log = e.stderr
+	for _, s := range srcs {
+		s.SetHub(hub)
+	}
+	opts.Progress = func(p dataset.Progress) {
+		if p.Phase == "sample" {
+			fmt.Fprintf(e.stderr, "training a %d-token %s tokenizer on a %s sample…\n", vocab, kind, numfmt.Bytes(float64(p.Bytes)))
+			return
+		}
+		sec := max(p.Elapsed.Seconds(), 1e-9)
+		eta := ""
+		if d := p.ETA(); d > 0 {
+			eta = ", ETA " + d.Round(time.Second).String()
+		}
+		fmt.Fprintf(e.stderr, "\rencoding %s (%s/s), %s tokens (%s/s), %d+%d shards%s   ", numfmt.Bytes(float64(p.Bytes)), numfmt.Bytes(float64(p.Bytes)/sec),
+			numfmt.Thousands(int(p.Tokens)), numfmt.Thousands(int(float64(p.Tokens)/sec)), p.ShardsTrain, p.ShardsVal, eta)
+		if p.Done {
+			fmt.Fprintln(e.stderr)
+		}
+	}
+	ctx, stop := e.interruptContext()
+	defer stop()
+	rep, err := dataset.Prepare(ctx, srcs, out, opts)
+	if err != nil {
+		return err
+	}
+	for _, s := range rep.Sources {
+		share := float64(s.Tokens) / float64(max(1, rep.TrainTokens+rep.ValTokens))
+		lic := ""
+		if s.Licence != "" {
+			lic = ", " + s.Licence
+		}
+		fmt.Fprintf(e.stdout, "  %-28s weight %.2f → %5.1f%% of the tokens: %s documents, %s, %s tokens%s\n", s.Name, s.Share, 100*share,
+			numfmt.Thousands(int(s.Documents)), numfmt.Bytes(float64(s.Bytes)), numfmt.Thousands(int(s.Tokens)), lic)
+	}
+	if rep.Exhausted != "" {
+		fmt.Fprintf(e.stdout, "  the mixture ended when %s ran out (so that the weights hold)\n", rep.Exhausted)
+	}
+	fmt.Fprintf(e.stdout, "%s: %d-token %s tokenizer, %s training tokens in %d shard(s) and %s validation tokens in %d, from %s of text (%.2f bytes/token) in %.1fs; train with forge train --data %s\n",
+		out, rep.Vocab, rep.Tokenizer, numfmt.Thousands(int(rep.TrainTokens)), rep.TrainShards, numfmt.Thousands(int(rep.ValTokens)), rep.ValShards,
+		numfmt.Bytes(float64(rep.Bytes)), float64(rep.Bytes)/float64(max(1, rep.TrainTokens+rep.ValTokens)), rep.Seconds, out)
+	return nil
+}
+
+// parseBytes reads a size like 64MB, 1.5GB, 4096 (bytes).
+func parseBytes(flag, s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		m      float64
+	}{{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || !(v > 0) || v*mult > 1<<50 {
+		return 0, usagef("%s %q: want a size such as 64MB, 1GB or 4096", flag, s)
+	}
+	return int64(v * mult), nil
 }
 
 func cmdExport(e *env, args []string) error {

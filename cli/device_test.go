@@ -26,6 +26,7 @@ func TestDeviceFlagEveryCommand(t *testing.T) {
 		"eval":     {[]string{"--run", dir}, 2, listing},
 		"info":     {[]string{"--config", "tiny"}, 2, listing},
 		"export":   {[]string{"--out", dir + "/x"}, 2, listing},
+		"model":    {[]string{"to-safetensors", dir, dir + "/o"}, 2, listing},
 		"bench":    {[]string{"matmul", "8", "8", "8"}, 2, listing},
 		"demo":     {nil, 2, listing},
 		"doctor":   {[]string{"--out", dir, "--short"}, 2, listing},

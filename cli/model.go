@@ -12,7 +12,7 @@ import (
 	"github.com/forgeml/forge/internal/numfmt"
 )
 
-const modelArgs = "log|checkout|inspect|verify|to-safetensors R.forge [rev] [out/]"
+const modelArgs = "log|checkout|inspect|verify|to-safetensors R.forge [rev] [out/] [--rev rev] [--device d]"
 
 const modelHelp = `forge model works on .forge model repositories (forge export --format forge):
 

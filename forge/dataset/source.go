@@ -56,6 +56,9 @@ type Source struct {
 	hub *Hub // how a hub source is fetched (nil: DefaultHub)
 }
 
+// SetHub makes a hub source fetch through h (DefaultHub otherwise).
+func (s *Source) SetHub(h *Hub) { s.hub = h }
+
 // field is the text field with its default.
 func (s *Source) field() string {
 	if s.Field == "" {

@@ -110,7 +110,7 @@ func Check(dir string) (CheckReport, error) {
 	}
 
 	// Token files: the record of the checkpoint, the vocabulary.
-	for _, f := range []string{data.TrainFile, data.ValFile} {
+	for _, f := range tokenFiles(dir) {
 		path := filepath.Join(dir, DataDir, f)
 		toks, err := data.ReadTokens(path)
 		if err != nil {

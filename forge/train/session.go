@@ -358,11 +358,11 @@ func (s *Session) build() error {
 	if err != nil {
 		return err
 	}
-	s.trainData, err = data.OpenLoader(filepath.Join(s.dir, DataDir, data.TrainFile), cfg.Batch, cfg.Model.Context, cfg.Seed+1)
+	s.trainData, err = data.OpenLoader(TrainData(s.dir), cfg.Batch, cfg.Model.Context, cfg.Seed+1)
 	if err != nil {
 		return err
 	}
-	s.valData, err = data.OpenLoader(filepath.Join(s.dir, DataDir, data.ValFile), cfg.Batch, cfg.Model.Context, cfg.Seed+2)
+	s.valData, err = data.OpenLoader(ValData(s.dir), cfg.Batch, cfg.Model.Context, cfg.Seed+2)
 	if err != nil {
 		return err
 	}
@@ -491,10 +491,45 @@ func (s *Session) Save() error {
 	return nil
 }
 
+// TrainData is the run's training tokens: data/train.bin, or the
+// directory of shards data/train/ of a corpus `forge prepare` streamed.
+func TrainData(dir string) string { return splitData(dir, data.TrainFile, "train") }
+
+// ValData is the run's validation tokens: data/val.bin or data/val/.
+func ValData(dir string) string { return splitData(dir, data.ValFile, "val") }
+
+func splitData(dir, file, shards string) string {
+	p := filepath.Join(dir, DataDir, shards)
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return p
+	}
+	return filepath.Join(dir, DataDir, file)
+}
+
+// tokenFiles lists the run's token files relative to data/: train.bin
+// and val.bin, or every shard (train/000000.bin, …).
+func tokenFiles(dir string) []string {
+	var out []string
+	for _, p := range []string{TrainData(dir), ValData(dir)} {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			files, _ := data.ShardFiles(p)
+			for _, f := range files {
+				out = append(out, filepath.Base(p)+"/"+filepath.Base(f))
+			}
+			if len(files) == 0 {
+				out = append(out, filepath.Base(p)+"/000000.bin") // reported missing
+			}
+			continue
+		}
+		out = append(out, filepath.Base(p))
+	}
+	return out
+}
+
 // tokenFileSums digests the run's token files.
 func tokenFileSums(dir string) (map[string]FileSum, error) {
 	sums := map[string]FileSum{}
-	for _, f := range []string{data.TrainFile, data.ValFile} {
+	for _, f := range tokenFiles(dir) {
 		size, sum, err := data.FileDigest(filepath.Join(dir, DataDir, f))
 		if err != nil {
 			return nil, fmt.Errorf("train: %v", err)
@@ -515,12 +550,17 @@ func (s *Session) checkTokenFiles(want map[string]FileSum) error {
 		}
 		s.tokenSums = sums
 	}
-	for _, f := range []string{data.TrainFile, data.ValFile} {
-		w, ok := want[f]
-		if !ok {
-			continue
+	for f := range s.tokenSums {
+		if _, ok := want[f]; !ok && len(want) > 0 && strings.Contains(f, "/") {
+			return tokenFileErrorf("train: %s was not among the token files this run was trained on: restore the run's data, or start a new run on the new data", filepath.Join(s.dir, DataDir, f))
 		}
-		if got := s.tokenSums[f]; got != w {
+	}
+	for f, w := range want {
+		got, ok := s.tokenSums[f]
+		if !ok {
+			return tokenFileErrorf("train: %s is missing: the run was trained on it; restore it, or start a new run", filepath.Join(s.dir, DataDir, f))
+		}
+		if got != w {
 			return tokenFileErrorf("train: %s is not the token file this run was trained on (%d bytes, sha256 %.12s… recorded; %d bytes, %.12s… now): restore it, or start a new run on the new data",
 				filepath.Join(s.dir, DataDir, f), w.Size, w.SHA256, got.Size, got.SHA256)
 		}
@@ -1020,6 +1060,9 @@ func usePrepared(src, dst string, cfg *Config) (tokenizer.Tokenizer, error) {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return nil, err
 	}
+	if fi, err := os.Stat(filepath.Join(src, "train")); err == nil && fi.IsDir() {
+		return tok, linkShards(src, dst, cfg.Model.Context, tok)
+	}
 	for _, f := range []string{data.TrainFile, data.ValFile} {
 		toks, err := data.ReadTokens(filepath.Join(src, f))
 		if err != nil {
@@ -1041,6 +1084,52 @@ func usePrepared(src, dst string, cfg *Config) (tokenizer.Tokenizer, error) {
 		return nil, err
 	}
 	return tok, nil
+}
+
+// linkShards puts the shards of a streamed `forge prepare` directory
+// (train/ and val/, checked by its manifest) into the run: hard links
+// where the file system allows (no copy of a corpus larger than memory),
+// else copies. Each shard must hold a window of context+1 tokens.
+func linkShards(src, dst string, context int, tok tokenizer.Tokenizer) error {
+	for _, split := range []string{"train", "val"} {
+		l, err := data.OpenLoader(filepath.Join(src, split), 1, context, 0)
+		if err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		l.Close()
+		files, err := data.ShardFiles(filepath.Join(src, split))
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dst, split), 0o755); err != nil {
+			return fmt.Errorf("train: %v", err)
+		}
+		for _, f := range files {
+			to := filepath.Join(dst, split, filepath.Base(f))
+			os.Remove(to)
+			if err := os.Link(f, to); err != nil {
+				if err := copyStream(f, to); err != nil {
+					return fmt.Errorf("train: copying %s into the run: %v", f, err)
+				}
+			}
+		}
+		atomicfile.SyncDir(filepath.Join(dst, split))
+	}
+	return writeJSON(filepath.Join(dst, "source.json"), map[string]any{"source": src, "tokenizer": tok.Kind(), "vocab": tok.VocabSize(), "shards": true})
+}
+
+// copyStream copies src to dst through a synced temporary file, without
+// holding the file in memory.
+func copyStream(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	return atomicfile.Write(dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
 }
 
 // cacheDir is where prepared corpora are kept: $FORGE_CACHE_DIR or the

@@ -52,6 +52,8 @@ func init() {
 		"SaveWeights":            reflect.ValueOf(train.SaveWeights),
 		"SourceFile":             reflect.ValueOf(constant.MakeFromLiteral("\"data/source.json\"", token.STRING, 0)),
 		"TokenizerFile":          reflect.ValueOf(constant.MakeFromLiteral("\"tokenizer.json\"", token.STRING, 0)),
+		"TrainData":              reflect.ValueOf(train.TrainData),
+		"ValData":                reflect.ValueOf(train.ValData),
 
 		// type definitions
 		"Batches":          reflect.ValueOf((*train.Batches)(nil)),
