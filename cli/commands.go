@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -372,6 +373,10 @@ func cmdPrepare(e *env, args []string) error {
 	maxBytes := fs.String("max-bytes", "", "stop streaming after this much text (KB, MB, GB; default: until a source runs out)")
 	chunk := fs.String("chunk", "1MB", "text encoded as one unit when streaming (every 1/val-th chunk is held out)")
 	files, err := parse(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		srcs, mixes := dataset.Presets()
+		fmt.Fprintf(e.stderr, prepareExamples, strings.Join(srcs, ", "), strings.Join(mixes, ", "))
+	}
 	if err != nil {
 		return err
 	}
@@ -447,6 +452,31 @@ func cmdPrepare(e *env, args []string) error {
 		*out, tok.VocabSize(), tok.Kind(), res.TrainTokens, res.ValTokens, float64(res.TextBytes)/float64(max(1, res.Tokens())), time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+const prepareExamples = `
+Files given as arguments are read whole (small corpora: train.bin, val.bin). Sources given
+with --data or --mix are streamed in chunks on every core into shards (train/, val/), in
+bounded memory, the tokenizer trained on the first --sample of the mixture:
+
+  forge prepare --out data/austen emma.txt persuasion.txt           # one-shot, as before
+  forge prepare --out data/books --data 'books/*.txt'                # text files (a glob or a directory)
+  forge prepare --out data/chat --data chats.jsonl --field content   # JSON Lines, the text in "content"
+  forge prepare --out data/web --data part-0000.parquet --data part-0001.parquet   # Parquet, column "text"
+  forge prepare --out data/stories --data hf:roneneldan/TinyStories --max-bytes 200MB
+                                                                     # a Hugging Face dataset (its Parquet files)
+  forge prepare --out data/wiki --data hf:wikimedia/wikipedia/20231101.en@train --max-bytes 1GB
+  forge prepare --out data/mix --data web.parquet:0.7 --data books/:0.3 --shard-tokens 50000000
+  forge prepare --out data/edu --mix fineweb-edu:0.6,dclm:0.4 --max-bytes 2GB --vocab 16384
+  forge train --config small --data data/mix                         # train on the shards
+
+A weight follows a source after a colon; the mixture takes bytes from each source in
+proportion and ends when one runs out, and the report says how many tokens each gave.
+Hub datasets are read from a local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub,
+~/.cache/huggingface/hub) when it holds them, else downloaded (resumable) into the
+forge cache with the token in HF_TOKEN or ~/.cache/huggingface/token; HF_ENDPOINT
+changes the hub, HF_HUB_OFFLINE=1 forbids the network.
+Presets for --mix: %s; mixtures: %s.
+`
 
 // prepareStream is forge prepare over --data and --mix sources: streamed,
 // mixed by weight, written as shards.
