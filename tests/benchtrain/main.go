@@ -185,7 +185,7 @@ func bench(name string) error {
 		fmt.Printf("  %-22s %-22s %9.1f %10.0f %9.1f %6.1f%%\n", label, core, ms, tokens/ms*1e3, gflops, 100*gflops/peakGFLOPS())
 	}
 	line("forge", variantOf(forge.DefaultDevice()), goMed)
-	quantRows(cfg, fixed{x, y}, tr, n, line)
+	modeRows(cfg, fixed{x, y}, tr, n, line)
 	best, bestTh := 0.0, 0
 	for _, th := range []int{1, 2} {
 		if ms := torchMS[th]; len(ms) > 0 {
@@ -212,23 +212,45 @@ func bench(name string) error {
 	return nil
 }
 
-// quantRows times the config with quantisation-aware training ("quant":
-// int8, ternary), alternating rounds with the plain model's trainer so
-// both see the same machine, and prints a row per mode with its
-// tokens/s relative to the plain model's over the same rounds.
-func quantRows(cfg train.Config, batch train.Batches, plain *train.Trainer, n int, line func(label, core string, ms float64)) {
-	for _, mode := range []string{forge.QuantInt8, forge.QuantTernary} {
+// A mode is a training variant measured beside the plain model.
+type mode struct {
+	label string
+	set   func(c *train.Config)
+}
+
+// modes are the rows of the training modes, on the config's
+// shape: quantisation-aware training, activation checkpointing, and
+// mixtures of experts as k and the number of experts change (each expert
+// of the config's MLP size, so a token's cost grows with k).
+var modes = []mode{
+	{"quant int8", func(c *train.Config) { c.Model.Quant = forge.QuantInt8 }},
+	{"quant ternary", func(c *train.Config) { c.Model.Quant = forge.QuantTernary }},
+	{"checkpointed", func(c *train.Config) { c.Model.Checkpoint = gpt.AllBlocks() }},
+	{"moe E4 k1", func(c *train.Config) { c.Model.Experts, c.Model.TopK = 4, 1 }},
+	{"moe E4 k2", func(c *train.Config) { c.Model.Experts, c.Model.TopK = 4, 2 }},
+	{"moe E8 k1", func(c *train.Config) { c.Model.Experts, c.Model.TopK = 8, 1 }},
+	{"moe E8 k2", func(c *train.Config) { c.Model.Experts, c.Model.TopK = 8, 2 }},
+}
+
+// modeRows times each mode, alternating rounds with the plain model's
+// trainer so both see the same machine, and prints a row per mode with
+// its tokens/s relative to the plain model's over the same rounds. Its
+// GFLOP/s and MFU columns count the plain model's FLOPs per token (a MoE
+// of k experts does about k times the MLP's; a checkpointed step runs the
+// blocks' forward twice), so compare modes by tokens/s.
+func modeRows(cfg train.Config, batch train.Batches, plain *train.Trainer, n int, line func(label, core string, ms float64)) {
+	for _, md := range modes {
 		c := cfg
-		c.Model.Quant = mode
+		md.set(&c)
 		m, err := gpt.New(c.Model, 0)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "benchtrain: quant %s: %v\n", mode, err)
-			return
+			fmt.Fprintf(os.Stderr, "benchtrain: %s: %v\n", md.label, err)
+			continue
 		}
 		tr, err := train.NewTrainer(c, m, batch, nil)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "benchtrain: quant %s: %v\n", mode, err)
-			return
+			fmt.Fprintf(os.Stderr, "benchtrain: %s: %v\n", md.label, err)
+			continue
 		}
 		for range 3 {
 			tr.Step()
@@ -243,7 +265,7 @@ func quantRows(cfg train.Config, batch train.Batches, plain *train.Trainer, n in
 			}
 		}
 		q, p := median(qMS), median(pMS)
-		line("forge quant "+mode, fmt.Sprintf("%.2f× plain tokens/s", p/q), q)
+		line("forge "+md.label, fmt.Sprintf("%.2f× plain tokens/s", p/q), q)
 	}
 }
 
