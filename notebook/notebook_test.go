@@ -653,3 +653,18 @@ func TestShowHistoryRouter(t *testing.T) {
 		}
 	}
 }
+
+func TestCompare(t *testing.T) {
+	var a, b train.History
+	for i := 1; i <= 5; i++ {
+		a.Steps = append(a.Steps, train.Metrics{Step: i, Loss: 5 - float64(i)/2})
+		b.Steps = append(b.Steps, train.Metrics{Step: i, Loss: 5 - float64(i)/4})
+	}
+	h, text := compareHTML("loss", []Run{{"plain", a}, {"muon", b}, {"empty", train.History{}}})
+	if !strings.Contains(text, "plain") || !strings.Contains(text, "2.5") || !strings.Contains(text, "3.75") || !strings.Contains(text, "empty                    –") {
+		t.Errorf("text: %q", text)
+	}
+	if strings.Count(h, `class="forge-chart"`) != 1 || !strings.Contains(h, `"muon"`) || !strings.Contains(h, "forge-compare") {
+		t.Errorf("html lacks the chart or a series:\n%.400s", h)
+	}
+}
