@@ -72,6 +72,15 @@ def check(path):
         samples = re.findall(r'class="forge-text"[^>]*>([^<]*)</pre>', H)
         need(len(samples) == 6 and all(s.startswith("Elizabeth said") and len(s) > 40 for s in samples),
              "six sampled texts starting with the prompt (got %d)" % len(samples))
+    elif name.startswith("06"):
+        finals = re.findall(r"^(\S.*?)\s+loss (\S+) → (\S+), val_loss", T, re.M)
+        need(len(finals) == 6 and all(float(b) < float(a) - 0.5 for _, a, b in finals),
+             "six modes whose loss fell by more than 0.5 (got %s)" % finals)
+        need(H.count("forge-compare") == 2 and H.count('class="forge-chart"') >= 8, "the two comparison charts and the MoE dashboard")
+        need("checkpointed losses equal the plain run's bit for bit: true" in T, "checkpointing reproducing the plain losses")
+        need("MoE routing" in H, "the MoE routing chart")
+        m = re.search(r"\(([\d.]+)× smaller\)", T)
+        need(m and float(m.group(1)) > 1.5, "a smaller ternary export")
     return ok
 
 sys.exit(0 if all([check(p) for p in sys.argv[1:]]) else 1)
