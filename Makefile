@@ -100,6 +100,7 @@ golden:
 	@scripts/setup.sh golden
 	/usr/bin/python3 tests/torch_golden.py
 	/usr/bin/python3 tests/torch_optim.py
+	/usr/bin/python3 tests/torch_muon.py
 	/usr/bin/python3 tests/torch_train_step.py
 
 # The teaching notebooks (notebooks/, GoNB kernel): install Jupyter and the

@@ -37,6 +37,39 @@ import (
 	"github.com/forgeml/forge/forge"
 )
 
+// Optimizer is what a training loop needs of an optimizer: *AdamW and
+// *Muon are ones. Checkpointing is each optimizer's own (State,
+// LoadState).
+type Optimizer interface {
+	Params() []*forge.Tensor // every optimized parameter
+	LR() float64             // the learning rate SetLR last set
+	SetLR(lr float64)        // the learning rate of the next step (a schedule's value)
+	StepCount() int          // steps taken (a skipped step does not count)
+	ZeroGrad()
+	Step()                         // one update from the gradients
+	StepClipped(c *forge.GradClip) // one update from the gradients scaled by a deferred clip
+	Describe() []GroupInfo         // the parameter groups, for display
+}
+
+// GroupInfo describes one parameter group of an optimizer for display
+// (the REPL's :info, run summaries): the update it gets, its current
+// learning rate and weight decay, and its parameters' names.
+type GroupInfo struct {
+	Optimizer   string // "adamw" or "muon"
+	LR          float64
+	WeightDecay float64
+	Params      []string
+}
+
+// names returns the parameters' names.
+func names(ps []*forge.Tensor) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name()
+	}
+	return out
+}
+
 // Schedule maps a 0-based optimizer step to a learning rate.
 type Schedule interface {
 	At(step int) float64
@@ -70,3 +103,8 @@ func DecayGroups(params []*forge.Tensor, weightDecay float64) []ParamGroup {
 func errorf(op, format string, args ...any) *forge.Error {
 	return &forge.Error{Op: op, Msg: fmt.Sprintf(format, args...)}
 }
+
+var (
+	_ Optimizer = (*AdamW)(nil)
+	_ Optimizer = (*Muon)(nil)
+)
