@@ -129,7 +129,7 @@ func (o *AdamW) Describe() []GroupInfo {
 	var out []GroupInfo
 	for _, g := range o.groups {
 		if len(g.Params) > 0 {
-			out = append(out, GroupInfo{Optimizer: "adamw", LR: o.cfg.LR, WeightDecay: g.WeightDecay, Params: names(g.Params)})
+			out = append(out, GroupInfo{Optimizer: "adamw", LR: o.cfg.LR, WeightDecay: g.WeightDecay, Params: names(g.Params), Elements: numel(g.Params)})
 		}
 	}
 	return out

@@ -344,6 +344,6 @@ func (o *Muon) LoadState(s MuonState) {
 // Describe lists the parameter groups: the Muon group, then the AdamW
 // groups.
 func (o *Muon) Describe() []GroupInfo {
-	out := []GroupInfo{{Optimizer: "muon", LR: o.lr, WeightDecay: o.cfg.WeightDecay, Params: names(o.muon)}}
+	out := []GroupInfo{{Optimizer: "muon", LR: o.lr, WeightDecay: o.cfg.WeightDecay, Params: names(o.muon), Elements: numel(o.muon)}}
 	return append(out, o.adam.Describe()...)
 }

@@ -33,6 +33,7 @@ package optim
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/forgeml/forge/forge"
 )
@@ -59,6 +60,47 @@ type GroupInfo struct {
 	LR          float64
 	WeightDecay float64
 	Params      []string
+	Elements    int // the parameters' total element count
+}
+
+// String is the group in one line: the update, lr, weight decay, the
+// count and the parameter names with layer indices folded
+// ("blocks.*.attn.wo.weight").
+func (g GroupInfo) String() string {
+	return fmt.Sprintf("%-5s lr %.2e  wd %-5g %d tensors, %s values: %s", g.Optimizer, g.LR, g.WeightDecay,
+		len(g.Params), thousands(g.Elements), strings.Join(FoldNames(g.Params), ", "))
+}
+
+// thousands writes n with commas: 36,864.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// FoldNames replaces each all-digit component of the dotted names by "*"
+// and drops repeats, keeping the first occurrence's order:
+// blocks.0.attn.wo.weight and blocks.1.attn.wo.weight are one
+// blocks.*.attn.wo.weight.
+func FoldNames(names []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		parts := strings.Split(n, ".")
+		for i, p := range parts {
+			if p != "" && strings.Trim(p, "0123456789") == "" {
+				parts[i] = "*"
+			}
+		}
+		f := strings.Join(parts, ".")
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // names returns the parameters' names.
@@ -68,6 +110,15 @@ func names(ps []*forge.Tensor) []string {
 		out[i] = p.Name()
 	}
 	return out
+}
+
+// numel is the parameters' total element count.
+func numel(ps []*forge.Tensor) int {
+	n := 0
+	for _, p := range ps {
+		n += p.Numel()
+	}
+	return n
 }
 
 // Schedule maps a 0-based optimizer step to a learning rate.
