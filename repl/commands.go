@@ -271,6 +271,10 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 	fmt.Fprintf(w, "data      %s training and %s validation tokens; %d tokens per step (batch %d × context %d × accumulation %d)\n",
 		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
 	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s)\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s))
+	fmt.Fprintf(w, "optimizer %s\n", c.OptimizerSummary())
+	for _, g := range tr.Opt.Describe() {
+		fmt.Fprintf(w, "          %s\n", g)
+	}
 	// What the kernels run with: for the CPU the BLAS library, its kernels
 	// and who chose them.
 	fmt.Fprintf(w, "device    %s\n", forge.DefaultDevice().Describe())
