@@ -292,8 +292,9 @@ func cmdInfo(e *env, args []string) error {
 		avail = numfmt.Bytes(float64(n))
 	}
 	fmt.Fprintf(e.stdout, "  memory to train: at least %s; available now %s\n", cfg.MemoryNeeded(), avail)
-	fmt.Fprintf(e.stdout, "  schedule: %s, lr %g, warmup %d, %d steps; AdamW β (%g, %g), weight decay %g, clip %g\n",
-		cfg.Schedule, cfg.LR, cfg.Warmup, cfg.Steps, cfg.Beta1, cfg.Beta2, cfg.WeightDecay, cfg.GradClip)
+	fmt.Fprintf(e.stdout, "  schedule: %s, lr %g, warmup %d, %d steps, clip %g\n",
+		cfg.Schedule, cfg.LR, cfg.Warmup, cfg.Steps, cfg.GradClip)
+	fmt.Fprintf(e.stdout, "  optimizer: %s\n", cfg.OptimizerSummary())
 	if *params {
 		if err := cfg.CheckWeightMemory(); err != nil {
 			return err
