@@ -1,5 +1,5 @@
-// Package optim holds Forge's optimizers, gradient clipping and learning-rate
-// schedules. It is written against the public forge API only, so it runs on
+// Package optim holds Forge's optimizers (AdamW and Muon), gradient
+// clipping and learning-rate schedules. It is written against the public forge API only, so it runs on
 // every backend.
 //
 // A training step, llm.c style:
@@ -29,6 +29,31 @@
 // forge.PhaseOptimizer; they write into the parameter tensors in place
 // (CopyFrom), so a parameter keeps its identity — modules, views and
 // checkpoints holding it see the new values.
+//
+// # Muon
+//
+// Muon (NewMuon, `"optimizer": "muon"` in a training config) updates the
+// hidden 2-D weights — parameters named blocks.* with two dimensions
+// (HiddenMatrix): the attention and MLP projections — with momentum
+// orthogonalised by a Newton–Schulz iteration, and everything else (the
+// embedding, an untied head, norm gains, biases) with AdamW. The variant,
+// exactly, for a matrix P (rows, cols) = (out, in) with gradient G:
+//
+//	M = μ·M + G,  U = G + μ·M          Nesterov momentum, μ = 0.95
+//	X = U/(‖U‖_F + 1e-7), Xᵀ if rows > cols
+//	5 × { A = X·Xᵀ;  X = 3.4445·X + (−4.7750·A + 2.0315·A·A)·X }
+//	P = P·(1 − lr·wd) − lr·√max(1, rows/cols)·X  (X transposed back)
+//
+// with its own learning rate (0.02 by default; it follows the schedule in
+// proportion to AdamW's) and decoupled weight decay (0 by default). The
+// scale √max(1, rows/cols) is the original Muon's, not one matched to
+// AdamW's update RMS, which is why the learning rates differ. The
+// iteration's matmuls run on the parameter's device through forge ops, in
+// the parameter's dtype; a deferred clip's coefficient and skip flag are
+// read there too (forge.GradClip.Factors), so StepClipped queues the whole
+// update with no read-back, as AdamW's does. Muon's state is one momentum
+// per matrix (AdamW keeps two moments), and Describe lists which
+// parameters get which update.
 package optim
 
 import (
