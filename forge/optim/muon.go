@@ -241,41 +241,53 @@ func (o *Muon) update(c *forge.GradClip) {
 		if g == nil {
 			continue
 		}
-		var skip *forge.Tensor
+		var f factors
 		if c != nil {
 			k := key{g.Device(), g.DType()}
-			f, ok := byGrad[k]
-			if !ok {
+			var ok bool
+			if f, ok = byGrad[k]; !ok {
 				f.coef, f.skip = c.Factors(k.dev, k.dt)
+				forge.Keep(f.coef, f.skip) // shared by the parameters' updates
 				byGrad[k] = f
 			}
-			g, skip = g.Mul(f.coef), f.skip
 		}
-		g = g.Cast(p.DType())
-		if skip != nil {
-			skip = skip.Cast(p.DType())
-		}
-		m := o.mom[i]
-		mNew := m.MulScalar(mu).Add(g)
-		u := mNew
-		if o.cfg.Nesterov {
-			u = g.Add(mNew.MulScalar(mu))
-		}
-		orth := NewtonSchulz(u, o.cfg.NSSteps, o.cfg.Eps)
-		rows, cols := p.Size(0), p.Size(1)
-		scale := math.Sqrt(max(1, float64(rows)/float64(cols)))
-		w := p
-		if wd != 0 {
-			w = p.MulScalar(1 - lr*wd)
-		}
-		pNew := w.Sub(orth.MulScalar(lr * scale))
-		if skip != nil {
-			mNew = forge.Where(skip, m, mNew)
-			pNew = forge.Where(skip, p, pNew)
-		}
-		m.CopyFrom(mNew)
-		p.CopyFrom(pNew)
+		// Each matrix's temporaries (the iteration's Gram matrices) are
+		// dead once its update is queued: free them then, so a step's
+		// optimizer phase holds one matrix's worth, not all of them.
+		forge.Collect(func() { o.update1(i, p, g, f.coef, f.skip, mu, lr, wd) })
 	}
+}
+
+// update1 queues the update of o.muon[i], p, from its gradient g times
+// coef; skip is the clip's skip flag (coef and skip nil: no clip).
+func (o *Muon) update1(i int, p, g, coef, skip *forge.Tensor, mu, lr, wd float64) {
+	if coef != nil {
+		g = g.Mul(coef)
+	}
+	g = g.Cast(p.DType())
+	if skip != nil {
+		skip = skip.Cast(p.DType())
+	}
+	m := o.mom[i]
+	mNew := m.MulScalar(mu).Add(g)
+	u := mNew
+	if o.cfg.Nesterov {
+		u = g.Add(mNew.MulScalar(mu))
+	}
+	orth := NewtonSchulz(u, o.cfg.NSSteps, o.cfg.Eps)
+	rows, cols := p.Size(0), p.Size(1)
+	scale := math.Sqrt(max(1, float64(rows)/float64(cols)))
+	w := p
+	if wd != 0 {
+		w = p.MulScalar(1 - lr*wd)
+	}
+	pNew := w.Sub(orth.MulScalar(lr * scale))
+	if skip != nil {
+		mNew = forge.Where(skip, m, mNew)
+		pNew = forge.Where(skip, p, pNew)
+	}
+	m.CopyFrom(mNew)
+	p.CopyFrom(pNew)
 }
 
 // NewtonSchulz returns the quintic Newton–Schulz approximation of the
