@@ -106,8 +106,12 @@ func cmdTrain(e *env, args []string) error {
 	if s.Resumed() {
 		verb = fmt.Sprintf("resuming at step %d,", s.Trainer().StepCount())
 	}
-	fmt.Fprintf(e.stderr, "%s %s (%s parameters) for %d steps in %s; Ctrl-C stops and saves\n",
-		verb, cfg.Name, numfmt.Thousands(nn.Count(s.Model())), n, dir)
+	with := ""
+	if cfg.OptimizerName() != "adamw" {
+		with = " with " + cfg.OptimizerName() // AdamW, the default, goes unsaid
+	}
+	fmt.Fprintf(e.stderr, "%s %s (%s parameters) for %d steps%s in %s; Ctrl-C stops and saves\n",
+		verb, cfg.Name, numfmt.Thousands(nn.Count(s.Model())), n, with, dir)
 	ctx, stop := e.interruptContext()
 	defer stop()
 	p := newProgress(e.stderr, n, *quiet)
