@@ -95,12 +95,13 @@ func MuonSplit(params []*forge.Tensor, rule func(name string, shape []int) bool)
 //
 // O approximates the orthogonal factor U·(UᵀU)^(−1/2) of U's polar
 // decomposition, its singular values in about [0.7, 1.2] rather than
-// exactly 1. The scale √max(1, rows/cols) (rows: output features) keeps
-// the update's RMS per input comparable for tall matrices; it is not
-// matched to AdamW's RMS, so the Muon group has its own, larger learning
-// rate (MuonConfig.LR, 0.02). The momentum form M = μ·M + G differs from
-// an exponential average (1−μ)·G + μ·M only by the factor 1−μ, which the
-// normalisation removes.
+// exactly 1. The scale √max(1, rows/cols) (rows: output features; the
+// original Muon's) gives every shape an update RMS of about 1/√cols (an
+// orthogonal O has RMS 1/√max(rows, cols)); it is not matched to AdamW's
+// update RMS, so the Muon group has its own, larger learning rate
+// (MuonConfig.LR, 0.02). The momentum form M = μ·M + G differs from an
+// exponential average (1−μ)·G + μ·M only by the factor 1−μ, which the
+// normalisation removes (up to eps).
 //
 // The other parameters (the AdamW group) are updated by an AdamW
 // (DecayGroups over them: weight decay on rank ≥ 2 only) whose step count
