@@ -121,6 +121,8 @@ type Muon struct {
 	mom    []*forge.Tensor // momentum, one per muon param
 	adam   *AdamW          // the rest
 	params []*forge.Tensor // muon then adam's, the order of Params
+
+	eyes map[eyeKey][2]*forge.Tensor // NSCoefA·I and NSCoefB·I by size, made once
 }
 
 // NewMuon returns a Muon over params, split by HiddenMatrix (MuonSplit).
@@ -275,7 +277,7 @@ func (o *Muon) update1(i int, p, g, coef, skip *forge.Tensor, mu, lr, wd float64
 	if o.cfg.Nesterov {
 		u = g.Add(mNew.MulScalar(mu))
 	}
-	orth := NewtonSchulz(u, o.cfg.NSSteps, o.cfg.Eps)
+	orth := newtonSchulz(u, o.cfg.NSSteps, o.cfg.Eps, o.identities)
 	rows, cols := p.Size(0), p.Size(1)
 	scale := math.Sqrt(max(1, float64(rows)/float64(cols)))
 	w := p
@@ -298,6 +300,17 @@ func (o *Muon) update1(i int, p, g, coef, skip *forge.Tensor, mu, lr, wd float64
 // NSCoefB, NSCoefC), transposed back. It runs on g's device and dtype
 // (forge ops; call it under forge.NoGrad unless a graph is wanted).
 func NewtonSchulz(g *forge.Tensor, steps int, eps float64) *forge.Tensor {
+	return newtonSchulz(g, steps, eps, nsIdentities)
+}
+
+// newtonSchulz is NewtonSchulz with the scaled identities a·I and b·I of
+// size r from eye. Each iteration is computed as
+//
+//	A = X·Xᵀ;  X = (A·(c·A + b·I) + a·I)·X
+//
+// — the same polynomial, with the elementwise work on the small (r, r)
+// side only (three passes instead of five, two of them (r, max)).
+func newtonSchulz(g *forge.Tensor, steps int, eps float64, eye func(like *forge.Tensor, r int) (aI, bI *forge.Tensor)) *forge.Tensor {
 	if g.Dim() != 2 {
 		panic(errorf("newton_schulz", "want a matrix, got shape %v", g.Shape()))
 	}
@@ -306,15 +319,46 @@ func NewtonSchulz(g *forge.Tensor, steps int, eps float64) *forge.Tensor {
 	if tall {
 		x = x.T()
 	}
+	aI, bI := eye(g, min(g.Size(0), g.Size(1)))
 	for range steps {
-		a := x.MatMul(x.T())                                          // (r, r), r = min(rows, cols)
-		b := a.MulScalar(NSCoefB).Add(a.MatMul(a).MulScalar(NSCoefC)) // (r, r)
-		x = x.MulScalar(NSCoefA).Add(b.MatMul(x))                     // (r, max)
+		a := x.MatMul(x.T())                                // (r, r), r = min(rows, cols)
+		p := a.MatMul(a.MulScalar(NSCoefC).Add(bI)).Add(aI) // (r, r): a·I + b·A + c·A²
+		x = p.MatMul(x)                                     // (r, max)
 	}
 	if tall {
 		x = x.T()
 	}
 	return x
+}
+
+// nsIdentities returns NSCoefA·I and NSCoefB·I of size r on like's device
+// and dtype, made there (an iota compared with its transpose).
+func nsIdentities(like *forge.Tensor, r int) (aI, bI *forge.Tensor) {
+	i := forge.Arange(0, float64(r), 1).To(like.Device()).Cast(like.DType())
+	eye := i.Reshape(r, 1).Eq(i.Reshape(1, r)) // (r, r)
+	return eye.MulScalar(NSCoefA), eye.MulScalar(NSCoefB)
+}
+
+// identities returns nsIdentities for like and r, made once per (device,
+// dtype, size) and kept.
+func (o *Muon) identities(like *forge.Tensor, r int) (aI, bI *forge.Tensor) {
+	k := eyeKey{like.Device(), like.DType(), r}
+	if e, ok := o.eyes[k]; ok {
+		return e[0], e[1]
+	}
+	aI, bI = nsIdentities(like, r)
+	forge.Keep(aI, bI) // made inside a matrix's forge.Collect, used by the next ones
+	if o.eyes == nil {
+		o.eyes = map[eyeKey][2]*forge.Tensor{}
+	}
+	o.eyes[k] = [2]*forge.Tensor{aI, bI}
+	return aI, bI
+}
+
+type eyeKey struct {
+	dev *forge.Device
+	dt  forge.DType
+	r   int
 }
 
 // MuonState is a Muon's state for checkpointing: the AdamW group's state
