@@ -101,6 +101,7 @@ golden:
 	@scripts/setup.sh golden
 	/usr/bin/python3 tests/torch_golden.py
 	/usr/bin/python3 tests/torch_optim.py
+	/usr/bin/python3 tests/torch_muon.py
 	/usr/bin/python3 tests/torch_train_step.py
 	/usr/bin/python3 tests/torch_moe_step.py
 	/usr/bin/python3 tests/torch_qat.py

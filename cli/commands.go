@@ -110,8 +110,12 @@ func cmdTrain(e *env, args []string) error {
 	if s.Resumed() {
 		verb = fmt.Sprintf("resuming at step %d,", s.Trainer().StepCount())
 	}
-	fmt.Fprintf(e.stderr, "%s %s (%s parameters) for %d steps in %s; Ctrl-C stops and saves\n",
-		verb, cfg.Name, numfmt.Thousands(nn.Count(s.Model())), n, dir)
+	with := ""
+	if cfg.OptimizerName() != "adamw" {
+		with = " with " + cfg.OptimizerName() // AdamW, the default, goes unsaid
+	}
+	fmt.Fprintf(e.stderr, "%s %s (%s parameters) for %d steps%s in %s; Ctrl-C stops and saves\n",
+		verb, cfg.Name, numfmt.Thousands(nn.Count(s.Model())), n, with, dir)
 	ctx, stop := e.interruptContext()
 	defer stop()
 	p := newProgress(e.stderr, n, *quiet)
@@ -313,8 +317,9 @@ func cmdInfo(e *env, args []string) error {
 		avail = numfmt.Bytes(float64(n))
 	}
 	fmt.Fprintf(e.stdout, "  memory to train: at least %s; available now %s\n", cfg.MemoryNeeded(), avail)
-	fmt.Fprintf(e.stdout, "  schedule: %s, lr %g, warmup %d, %d steps; AdamW β (%g, %g), weight decay %g, clip %g\n",
-		cfg.Schedule, cfg.LR, cfg.Warmup, cfg.Steps, cfg.Beta1, cfg.Beta2, cfg.WeightDecay, cfg.GradClip)
+	fmt.Fprintf(e.stdout, "  schedule: %s, lr %g, warmup %d, %d steps, clip %g\n",
+		cfg.Schedule, cfg.LR, cfg.Warmup, cfg.Steps, cfg.GradClip)
+	fmt.Fprintf(e.stdout, "  optimizer: %s\n", cfg.OptimizerSummary())
 	if *params {
 		if err := cfg.CheckWeightMemory(); err != nil {
 			return err

@@ -305,6 +305,29 @@ func (c *GradClip) Coef() float64 { return c.values()[backend.ClipCoef] }
 // the state back on first use.
 func (c *GradClip) Skipped() bool { return c.values()[backend.ClipSkip] != 0 }
 
+// Factors returns the clip's coefficient and skip flag as tensors of shape
+// (1) on dev in dtype dt, for an update composed from ops that must honour
+// the clip without reading it back (optim.Muon): the gradient to use is
+// grad·coef, and skip is 1 when the step must leave everything unchanged
+// (forge.Where(skip, old, new)), else 0. The clip must have been computed
+// over gradients on dev of dtype dt. Where the state lives on the device
+// nothing is read back; elsewhere the values already on the host are
+// filled in.
+func (c *GradClip) Factors(dev *Device, dt DType) (coef, skip *Tensor) {
+	const op = "grad_clip.factors"
+	gr := c.group(dev, dt)
+	if gr == nil {
+		panic(errorf(op, "the clip was computed over no gradient on %s of %v", dev.name, dt))
+	}
+	if gr.state == nil {
+		v := c.values()
+		return fullOn(op, dev, dt, []int{1}, v[backend.ClipCoef]), fullOn(op, dev, dt, []int{1}, v[backend.ClipSkip])
+	}
+	coef = gr.state.Narrow(0, backend.ClipCoef, 1).Cast(dt)
+	skip = gr.state.Narrow(0, backend.ClipSkip, 1).Cast(dt)
+	return coef, skip
+}
+
 // AdamWUpdateClipped is AdamWUpdate with grad scaled by the clip's
 // coefficient, unless the clip skips the step (a non-finite norm), in
 // which case param, m and v are left unchanged. On a backend.KernelGradClip

@@ -19,6 +19,7 @@ import (
 	"github.com/forgeml/forge/forge/data"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
+	"github.com/forgeml/forge/forge/optim"
 	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/tokenizer"
 	"github.com/forgeml/forge/forge/train"
@@ -193,6 +194,23 @@ func TestShowModule(t *testing.T) {
 	h = htmlOf(t, capture(t, func() { Show(m) })[0])
 	if !strings.Contains(h, ">notes<") || !strings.Contains(h, ">int8, mask 50.0%<") || !strings.Contains(h, ">int8<") {
 		t.Errorf("module HTML lacks the notes:\n%s", h)
+	}
+}
+
+// Show of an optimizer lists its parameter groups: with Muon, the blocks'
+// matrices in the Muon group and the embedding and norms with AdamW.
+func TestShowOptimizer(t *testing.T) {
+	m := tinyModel(t)
+	opt := optim.NewMuon(nn.Tensors(m), optim.DefaultMuonConfig())
+	h := htmlOf(t, capture(t, func() { Show(opt) })[0])
+	for _, want := range []string{"forge-optim", "<td class=\"l\">muon</td>", "blocks.*.attn.wqkv.weight", "<td class=\"l\">adamw</td>", "wte.weight"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("optimizer HTML lacks %q:\n%s", want, h)
+		}
+	}
+	txt := textMode(t, func() { Show(opt) })
+	if !strings.Contains(txt, "muon  lr") || !strings.Contains(txt, "adamw lr") {
+		t.Errorf("optimizer text: %s", txt)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
 	"github.com/forgeml/forge/forge/nn"
+	"github.com/forgeml/forge/forge/optim"
 	"github.com/forgeml/forge/forge/profile"
 	"github.com/forgeml/forge/forge/tokenizer"
 	"github.com/forgeml/forge/forge/train"
@@ -41,6 +42,7 @@ type Text string
 // Show displays x in the notebook as HTML (through GoNB), or prints its
 // text form to stdout outside a notebook. It knows *forge.Tensor,
 // nn.Module (including *gpt.Model), *train.Session, *train.Trainer,
+// optim.Optimizer (its parameter groups: which get Muon, which AdamW),
 // train.History, profile.Report, Text and string, error, and falls back
 // to fmt's %v. A panic while rendering is shown as an error instead of
 // ending the cell.
@@ -81,6 +83,8 @@ func renderAny(x any) (h, text string) {
 		return historyHTML("Run "+v.Dir(), v.Trainer().History, nil), historyText(v.Trainer().History)
 	case *train.Trainer:
 		return historyHTML("Training", v.History, nil), historyText(v.History)
+	case optim.Optimizer:
+		return optimizerHTML(v), optimizerText(v)
 	case train.History:
 		return historyHTML("Training", v, nil), historyText(v)
 	case *train.History:
@@ -359,6 +363,29 @@ func moduleHTML(title string, s nn.Summary) string {
 }
 
 func moduleText(s nn.Summary) string { return s.String() }
+
+// ---- optimizers
+
+// optimizerHTML is a table of the optimizer's parameter groups: which
+// update each parameter gets (Muon or AdamW), with its lr and decay.
+func optimizerHTML(o optim.Optimizer) string {
+	var b strings.Builder
+	b.WriteString("<table class=\"forge-table forge-optim\"><tr><th class=\"l\">update</th><th>lr</th><th>weight decay</th><th>tensors</th><th>values</th><th class=\"l\">parameters</th></tr>")
+	for _, g := range o.Describe() {
+		fmt.Fprintf(&b, "<tr><td class=\"l\">%s</td><td>%.3g</td><td>%g</td><td>%d</td><td>%s</td><td class=\"l\">%s</td></tr>",
+			g.Optimizer, g.LR, g.WeightDecay, len(g.Params), numfmt.Thousands(g.Elements), html.EscapeString(strings.Join(optim.FoldNames(g.Params), ", ")))
+	}
+	b.WriteString("</table>")
+	return box(fmt.Sprintf("Optimizer %T at step %d", o, o.StepCount()), b.String())
+}
+
+func optimizerText(o optim.Optimizer) string {
+	var b strings.Builder
+	for _, g := range o.Describe() {
+		fmt.Fprintln(&b, g)
+	}
+	return b.String()
+}
 
 // ---- training history
 

@@ -302,6 +302,10 @@ func cmdInfo(s *Session, _ context.Context, args []string) error {
 		numfmt.Thousands(r.TrainData().Tokens()), numfmt.Thousands(r.ValData().Tokens()), c.TokensPerStep(), c.Batch, m.Context, c.GradAccum)
 	fmt.Fprintf(w, "memory    at least %s to train\n", c.MemoryNeeded())
 	fmt.Fprintf(w, "training  step %d of %d, lr %.3e (%s)\n", tr.StepCount(), c.Steps, tr.LR(), lrSource(s))
+	fmt.Fprintf(w, "optimizer %s\n", c.OptimizerSummary())
+	for _, g := range tr.Opt.Describe() {
+		fmt.Fprintf(w, "          %s\n", g)
+	}
 	// What the kernels run with: for the CPU the BLAS library, its kernels
 	// and who chose them.
 	fmt.Fprintf(w, "device    %s\n", forge.DefaultDevice().Describe())

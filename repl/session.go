@@ -133,7 +133,7 @@ func (s *Session) EvalContext(ctx context.Context, in string) (err error) {
 // keepTrainer puts back the run's model and optimizer if Go code replaced
 // them on its trainer (tr.Model = m2): the run saves, samples and reports
 // its own model, so a trainer stepping another one would desynchronise it.
-func keepTrainer(tr *train.Trainer, m *gpt.Model, opt *optim.AdamW, err error) error {
+func keepTrainer(tr *train.Trainer, m *gpt.Model, opt optim.Optimizer, err error) error {
 	var field string
 	switch {
 	case tr.Model != m:

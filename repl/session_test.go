@@ -196,3 +196,31 @@ func fmtInt(i int) string {
 	}
 	return string(b)
 }
+
+// :info of a Muon run lists which parameters Muon updates and which
+// AdamW, and :step trains it.
+func TestInfoMuonGroups(t *testing.T) {
+	t.Setenv("FORGE_CACHE_DIR", t.TempDir())
+	s, out, dir := newTestSession(t)
+	b, err := os.ReadFile(filepath.Join(dir, "micro.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("{"), []byte(`{"optimizer": "muon", `), 1)
+	if err := os.WriteFile(filepath.Join(dir, "muon.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := transcript(t, s, out, ":new "+filepath.Join(dir, "muon.json")+" "+filepath.Join(dir, "run")+"\n:step 2\n:info", dir)
+	for _, want := range []string{
+		"optimizer muon (peak lr 0.02, momentum 0.95 Nesterov, 5 Newton–Schulz steps, weight decay 0) on the blocks' matrices; adamw",
+		"muon  lr ", " 10 tensors, 20,480 values: blocks.*.attn.wqkv.weight, blocks.*.attn.wo.weight, blocks.*.mlp.w_gate.weight, blocks.*.mlp.w_up.weight, blocks.*.mlp.w_down.weight",
+		"adamw lr ", " 1 tensors, 16,384 values: wte.weight",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf(":info of a Muon run lacks %q:\n%s", want, got)
+		}
+	}
+	if !strings.Contains(got, "steps 0→2 in") {
+		t.Errorf(":step 2 of a Muon run:\n%s", got)
+	}
+}

@@ -3,7 +3,8 @@ package forgetest
 // Conformance of the fused training-step kernels: SwiGLU (against the
 // unfused composition and a float64 host formula), SumSquares (against a
 // float64 host sum), AdamW (against a float64 host implementation of
-// torch.optim.AdamW's update, over several steps) and the in-place scale.
+// torch.optim.AdamW's update, over several steps), the in-place scale and
+// the deferred clip's factors.
 
 import (
 	"math"
@@ -31,6 +32,36 @@ func Fused(t *testing.T, dev *forge.Device) {
 		run("sum_squares", fusedSumSquares, dt)
 		run("adamw", fusedAdamW, dt)
 		run("mul_scalar_in_place", fusedScale, dt)
+		run("grad_clip_factors", fusedClipFactors, dt)
+	}
+}
+
+// fusedClipFactors checks GradClip.Factors, what a composed optimizer
+// (Muon) reads of a deferred clip on the device: the coefficient
+// min(1, maxNorm/(norm + 1e-6)) against the host formula on a float64 sum,
+// 1 without clipping, and the skip flag of a non-finite norm.
+func fusedClipFactors(t *testing.T, dev *forge.Device, dt forge.DType) {
+	v := fusedValues(300, 41, 2, dt)
+	sum := 0.0
+	for _, x := range v {
+		sum += x * x
+	}
+	norm := math.Sqrt(sum)
+	g := fusedTensor(dev, dt, v, 3, 100)
+	for _, c := range []struct {
+		maxNorm, coef float64
+	}{{1, 1 / (norm + 1e-6)}, {2 * norm, 1}} {
+		coef, skip := forge.NewGradClip([]*forge.Tensor{g}, c.maxNorm).Factors(dev, dt)
+		got, s := coef.Float64s(), skip.Float64s()
+		if len(got) != 1 || math.Abs(got[0]-c.coef) > fusedTol(dt)*c.coef || s[0] != 0 {
+			t.Errorf("max norm %v: coefficient %v, skip %v; want %v, 0", c.maxNorm, got, s, c.coef)
+		}
+	}
+	bad := append([]float64(nil), v...)
+	bad[7] = math.NaN()
+	_, skip := forge.NewGradClip([]*forge.Tensor{fusedTensor(dev, dt, bad, 3, 100)}, 1).Factors(dev, dt)
+	if s := skip.Float64s(); s[0] != 1 {
+		t.Errorf("a NaN gradient: skip flag %v, want 1", s)
 	}
 }
 

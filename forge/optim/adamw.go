@@ -124,6 +124,17 @@ func (o *AdamW) Groups() []ParamGroup {
 	return out
 }
 
+// Describe lists the parameter groups (empty ones left out).
+func (o *AdamW) Describe() []GroupInfo {
+	var out []GroupInfo
+	for _, g := range o.groups {
+		if len(g.Params) > 0 {
+			out = append(out, GroupInfo{Optimizer: "adamw", LR: o.cfg.LR, WeightDecay: g.WeightDecay, Params: names(g.Params), Elements: numel(g.Params)})
+		}
+	}
+	return out
+}
+
 // Config returns the hyperparameters, with the current learning rate.
 func (o *AdamW) Config() AdamWConfig { return o.cfg }
 

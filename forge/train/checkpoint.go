@@ -154,20 +154,35 @@ func fillParams(path string, f *safetensors.File, prefix string, m *gpt.Model) e
 	return nil
 }
 
-// saveCheckpoint writes the weights and optimizer moments into dir and
-// records their checksums in st.
-func saveCheckpoint(dir string, m *gpt.Model, opt *optim.AdamW, st *State) error {
+// saveCheckpoint writes the weights and the optimizer state into dir and
+// records their checksums in st. optim.safetensors holds AdamW's moments
+// as "m.<param>" and "v.<param>" and, for Muon, the Muon group's momenta
+// as "momentum.<param>" with metadata "optimizer": "muon" (absent: AdamW,
+// as in every file before Muon).
+func saveCheckpoint(dir string, m *gpt.Model, opt optim.Optimizer, st *State) error {
 	if err := SaveWeights(filepath.Join(dir, modelFile), m); err != nil {
 		return err
 	}
-	ost := opt.State()
+	adam, muon, err := optimizers(opt)
+	if err != nil {
+		return err
+	}
+	ost := adam.State()
 	var ts []safetensors.Tensor
-	for i, p := range opt.Params() {
+	for i, p := range adam.Params() {
 		ts = append(ts,
 			safetensors.F32("m."+p.Name(), p.Shape(), ost.M[i].Float32s()),
 			safetensors.F32("v."+p.Name(), p.Shape(), ost.V[i].Float32s()))
 	}
-	if err := safetensors.WriteFile(filepath.Join(dir, optimFile), ts, map[string]string{"step": fmt.Sprint(ost.Step)}); err != nil {
+	meta := map[string]string{"step": fmt.Sprint(ost.Step)}
+	if muon != nil {
+		meta["optimizer"] = "muon"
+		mst := muon.State()
+		for i, p := range muon.MuonParams() {
+			ts = append(ts, safetensors.F32("momentum."+p.Name(), p.Shape(), mst.Momentum[i].Float32s()))
+		}
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, optimFile), ts, meta); err != nil {
 		return err
 	}
 	for _, f := range []string{modelFile, optimFile} {
@@ -180,12 +195,25 @@ func saveCheckpoint(dir string, m *gpt.Model, opt *optim.AdamW, st *State) error
 	return nil
 }
 
+// optimizers returns the AdamW that holds opt's moments and, for Muon,
+// the Muon itself.
+func optimizers(opt optim.Optimizer) (*optim.AdamW, *optim.Muon, error) {
+	switch o := opt.(type) {
+	case *optim.AdamW:
+		return o, nil, nil
+	case *optim.Muon:
+		return o.AdamW(), o, nil
+	}
+	return nil, nil, fmt.Errorf("train: cannot checkpoint an optimizer of type %T (want *optim.AdamW or *optim.Muon)", opt)
+}
+
 // loadCheckpoint verifies the files of dir against st and loads them.
-func loadCheckpoint(dir string, m *gpt.Model, opt *optim.AdamW, st *State) error {
+func loadCheckpoint(dir string, m *gpt.Model, opt optim.Optimizer, st *State) error {
 	if err := verifyFiles(dir, st); err != nil {
 		return err
 	}
-	if err := LoadWeights(filepath.Join(dir, modelFile), m); err != nil {
+	adam, muon, err := optimizers(opt)
+	if err != nil {
 		return err
 	}
 	path := filepath.Join(dir, optimFile)
@@ -193,27 +221,58 @@ func loadCheckpoint(dir string, m *gpt.Model, opt *optim.AdamW, st *State) error
 	if err != nil {
 		return err
 	}
+	saved, want := f.Metadata["optimizer"], ""
+	if muon != nil {
+		want = "muon"
+	}
+	if saved != want {
+		name := func(s string) string {
+			if s == "" {
+				return "adamw"
+			}
+			return s
+		}
+		return fmt.Errorf("train: %s holds the state of optimizer %q, but the run's config says %q; resume with the config it was saved with", path, name(saved), name(want))
+	}
+	if err := LoadWeights(filepath.Join(dir, modelFile), m); err != nil {
+		return err
+	}
+	tensor := func(name string, shape []int) (*forge.Tensor, error) {
+		t, ok := f.Get(name)
+		if !ok || !slices.Equal(t.Shape, shape) {
+			return nil, fmt.Errorf("train: %s: no tensor %q of shape %v", path, name, shape)
+		}
+		v, err := t.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("train: %s: %v", path, err)
+		}
+		return forge.FromSlice(v, t.Shape...), nil
+	}
 	var s optim.AdamWState
 	s.Step = st.Step
-	for _, p := range opt.Params() {
-		for _, kind := range []string{"m.", "v."} {
-			t, ok := f.Get(kind + p.Name())
-			if !ok || !slices.Equal(t.Shape, p.Shape()) {
-				return fmt.Errorf("train: %s: no moment %q of shape %v", path, kind+p.Name(), p.Shape())
-			}
-			v, err := t.Float32s()
-			if err != nil {
-				return fmt.Errorf("train: %s: %v", path, err)
-			}
-			x := forge.FromSlice(v, t.Shape...)
-			if kind == "m." {
-				s.M = append(s.M, x)
-			} else {
-				s.V = append(s.V, x)
-			}
+	for _, p := range adam.Params() {
+		mt, err := tensor("m."+p.Name(), p.Shape())
+		if err != nil {
+			return err
 		}
+		vt, err := tensor("v."+p.Name(), p.Shape())
+		if err != nil {
+			return err
+		}
+		s.M, s.V = append(s.M, mt), append(s.V, vt)
 	}
-	return forge.Try(func() { opt.LoadState(s) })
+	if muon == nil {
+		return forge.Try(func() { adam.LoadState(s) })
+	}
+	ms := optim.MuonState{AdamW: s}
+	for _, p := range muon.MuonParams() {
+		t, err := tensor("momentum."+p.Name(), p.Shape())
+		if err != nil {
+			return err
+		}
+		ms.Momentum = append(ms.Momentum, t)
+	}
+	return forge.Try(func() { muon.LoadState(ms) })
 }
 
 func fileSHA256(path string) (string, error) {

@@ -41,6 +41,18 @@ type Config struct {
 	Tokenizer   string  `json:"tokenizer"`    // "bpe" | "char"
 	ValFraction float64 `json:"val_fraction"` // 0.1 of the tokens held out
 
+	// Optimizer is "adamw" (the default; "" means it too) or "muon"
+	// (optim.Muon): the blocks' 2-D weights get momentum orthogonalised
+	// by Newton–Schulz, the embedding, head, norms and biases AdamW with
+	// lr, beta1, beta2, eps and weight_decay above. The Muon group's
+	// learning rate follows the schedule in proportion: muon_lr at the
+	// peak, muon_lr·(schedule/lr) elsewhere.
+	Optimizer       string  `json:"optimizer,omitempty"`
+	MuonLR          float64 `json:"muon_lr,omitempty"`           // 0 = 0.02: the Muon group's peak learning rate
+	MuonMomentum    float64 `json:"muon_momentum,omitempty"`     // 0 = 0.95 (Nesterov)
+	MuonNSSteps     int     `json:"muon_ns_steps,omitempty"`     // 0 = 5 Newton–Schulz iterations
+	MuonWeightDecay float64 `json:"muon_weight_decay,omitempty"` // 0: decoupled decay of the Muon group, p·(1 − muon_lr·wd)
+
 	// Mixed precision (see gpt.Model.SetCompute): "float32" (the default;
 	// "" means it too), "bfloat16" or "float16" for the activations and
 	// matmuls, with float32 master weights and residual stream. float16
@@ -192,7 +204,85 @@ func (c Config) Validate() error {
 	case c.LossScaleWindow < 0:
 		return bad("loss_scale_window %d: want > 0 (0 = 2000)", c.LossScaleWindow)
 	}
+	return c.validateOptimizer()
+}
+
+// validateOptimizer checks optimizer and the muon_* fields, one line per
+// bad value.
+func (c Config) validateOptimizer() error {
+	bad := func(format string, a ...any) error { return fmt.Errorf("train: config: "+format, a...) }
+	switch {
+	case c.Optimizer != "" && c.Optimizer != "adamw" && c.Optimizer != "muon":
+		return bad("optimizer %q: want \"adamw\" or \"muon\"", c.Optimizer)
+	case c.Optimizer != "muon" && (c.MuonLR != 0 || c.MuonMomentum != 0 || c.MuonNSSteps != 0 || c.MuonWeightDecay != 0):
+		return bad("muon_* fields are set but the optimizer is \"adamw\"; add \"optimizer\": \"muon\" or remove them")
+	case !(c.MuonLR >= 0) || math.IsInf(c.MuonLR, 0):
+		return bad("muon_lr %g: want a finite value > 0 (0 = %g)", c.MuonLR, DefaultMuonLR)
+	case !(c.MuonMomentum >= 0 && c.MuonMomentum < 1):
+		return bad("muon_momentum %g: want 0 < μ < 1 (0 = %g)", c.MuonMomentum, DefaultMuonMomentum)
+	case c.MuonNSSteps < 0 || c.MuonNSSteps > 100:
+		return bad("muon_ns_steps %d: want 1..100 Newton–Schulz iterations (0 = %d)", c.MuonNSSteps, DefaultMuonNSSteps)
+	case !(c.MuonWeightDecay >= 0) || math.IsInf(c.MuonWeightDecay, 0):
+		return bad("muon_weight_decay %g: want a finite value >= 0", c.MuonWeightDecay)
+	}
 	return nil
+}
+
+// Defaults of the muon_* fields (optim.DefaultMuonConfig's).
+const (
+	DefaultMuonLR       = 0.02
+	DefaultMuonMomentum = 0.95
+	DefaultMuonNSSteps  = 5
+)
+
+// OptimizerName is "adamw" or "muon".
+func (c Config) OptimizerName() string {
+	if c.Optimizer == "" {
+		return "adamw"
+	}
+	return c.Optimizer
+}
+
+// OptimizerSummary is the optimizer and its settings in one line, for
+// front ends: "adamw, betas (0.9, 0.95), eps 1e-08, weight decay 0.1" or
+// "muon (lr 0.02, momentum 0.95 Nesterov, 5 Newton–Schulz steps, weight
+// decay 0) on the blocks' matrices; adamw (…) on the rest".
+func (c Config) OptimizerSummary() string {
+	adam := fmt.Sprintf("betas (%g, %g), eps %g, weight decay %g", c.Beta1, c.Beta2, c.Eps, c.WeightDecay)
+	if c.OptimizerName() != "muon" {
+		return "adamw, " + adam
+	}
+	m := c.Muon()
+	return fmt.Sprintf("muon (peak lr %g, momentum %g Nesterov, %d Newton–Schulz steps, weight decay %g) on the blocks' matrices; adamw (%s) on the rest",
+		m.LR, m.Momentum, m.NSSteps, m.WeightDecay, adam)
+}
+
+// Muon returns the Muon settings (optimizer "muon"), with the AdamW
+// group's from AdamW.
+func (c Config) Muon() optim.MuonConfig {
+	m := optim.DefaultMuonConfig()
+	m.AdamW = c.AdamW()
+	if c.MuonLR != 0 {
+		m.LR = c.MuonLR
+	}
+	if c.MuonMomentum != 0 {
+		m.Momentum = c.MuonMomentum
+	}
+	if c.MuonNSSteps != 0 {
+		m.NSSteps = c.MuonNSSteps
+	}
+	m.WeightDecay = c.MuonWeightDecay
+	return m
+}
+
+// NewOptimizer returns a fresh optimizer of c's kind over params (named
+// as gpt.Model names them): AdamW with DecayGroups, or Muon split by
+// optim.HiddenMatrix.
+func (c Config) NewOptimizer(params []*forge.Tensor) optim.Optimizer {
+	if c.OptimizerName() == "muon" {
+		return optim.NewMuon(params, c.Muon())
+	}
+	return optim.NewAdamWGroups(optim.DecayGroups(params, c.WeightDecay), c.AdamW())
 }
 
 // isPow2 reports whether x is a finite power of two, 2⁻¹⁰⁰⁰ to 2¹⁰⁰⁰.

@@ -9,7 +9,8 @@ import (
 
 // Memory is a lower bound on what training a config holds at once, in
 // bytes: float32 weights, their gradients and AdamW's two moments (16
-// bytes a parameter), and the activations the backward keeps for one
+// bytes a parameter; with Muon, the blocks' matrices keep one momentum
+// instead: 12 bytes for those), and the activations the backward keeps for one
 // micro-batch — per token and layer about 10·d_model + 3·ffn_hidden
 // values (norm outputs, q/k/v, attention output, projections, residuals,
 // the MLP's gate, up and product; attention keeps no T×T matrix), plus the
@@ -42,7 +43,7 @@ func (m Memory) String() string {
 	if m.Checkpointed > 0 {
 		ck = fmt.Sprintf(", %d of %d blocks checkpointed", m.Checkpointed, m.Layers)
 	}
-	return fmt.Sprintf("%s (weights %s, gradients %s, AdamW moments %s, activations %s%s)",
+	return fmt.Sprintf("%s (weights %s, gradients %s, optimizer state %s, activations %s%s)",
 		numfmt.Bytes(m.Total()), numfmt.Bytes(m.Weights), numfmt.Bytes(m.Gradients),
 		numfmt.Bytes(m.Optimizer), numfmt.Bytes(m.Activations), ck)
 }
@@ -80,7 +81,20 @@ func (c Config) MemoryNeeded() Memory {
 		}
 		acts += 4 * float64(r.Layers) * (C*float64(r.Heads+2*r.KVHeads)*D + float64(r.Heads)*D*C + mlp)
 	}
-	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: 8 * params, Activations: acts,
+	opt := 8 * params
+	if c.OptimizerName() == "muon" {
+		// The AdamW group: embeddings and head (and norms, counted
+		// with the matrices: the estimate stays a lower bound).
+		adam := float64(r.PaddedVocab()) * float64(r.Dim)
+		if r.Untied {
+			adam *= 2
+		}
+		if r.Position == "learned" {
+			adam += float64(r.Context) * float64(r.Dim)
+		}
+		opt = 8*adam + 4*max(params-adam, 0)
+	}
+	return Memory{Weights: 4 * params, Gradients: 4 * params, Optimizer: opt, Activations: acts,
 		Checkpointed: k, Layers: r.Layers}
 }
 

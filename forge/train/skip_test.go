@@ -6,13 +6,22 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/gpt"
+	"github.com/forgeml/forge/forge/optim"
 )
 
 // A step whose gradient norm is not finite is skipped on the device: no
 // weight and no moment changes, the step is not counted, the record says
 // so; the next finite step is step 1 with the bias corrections of t = 1.
+// The same with Muon (its momenta included).
 func TestStepSkipsNonFiniteGradient(t *testing.T) {
+	for _, name := range []string{"adamw", "muon"} {
+		t.Run(name, func(t *testing.T) { testStepSkipsNonFinite(t, name) })
+	}
+}
+
+func testStepSkipsNonFinite(t *testing.T, optimizer string) {
 	cfg := testRunConfig()
+	cfg.Optimizer = optimizer
 	cfg.Model.Dropout = 0
 	cfg.LR, cfg.Warmup, cfg.Schedule = 1e-3, 0, "constant"
 	g := forge.NewGenerator(5)
@@ -37,9 +46,8 @@ func TestStepSkipsNonFiniteGradient(t *testing.T) {
 		for _, p := range m.Params() {
 			out = append(out, p.Tensor.Float32s())
 		}
-		st := tr.Opt.State()
-		for i := range st.M {
-			out = append(out, st.M[i].Float32s(), st.V[i].Float32s())
+		for _, x := range optimTensors(t, tr.Opt) {
+			out = append(out, x.Float32s())
 		}
 		return out
 	}
@@ -71,4 +79,19 @@ func TestStepSkipsNonFiniteGradient(t *testing.T) {
 			t.Fatalf("after the skip, weight element %d is %v, a fresh trainer's %v", i, got[i], ref[i])
 		}
 	}
+}
+
+// optimTensors returns the optimizer's state tensors: AdamW's moments and
+// Muon's momenta.
+func optimTensors(t *testing.T, opt optim.Optimizer) []*forge.Tensor {
+	adam, muon, err := optimizers(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := adam.State()
+	out := append(st.M, st.V...)
+	if muon != nil {
+		out = append(out, muon.State().Momentum...)
+	}
+	return out
 }

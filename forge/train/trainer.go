@@ -280,12 +280,13 @@ func (h *History) Series(name string) (steps []int, values []float64, err error)
 	return steps, values, nil
 }
 
-// Trainer trains a model with AdamW on batches from a source:
+// Trainer trains a model with its config's optimizer (AdamW or Muon) on
+// batches from a source:
 // Step does one optimizer update, Run many.
 type Trainer struct {
 	Config  Config
 	Model   *gpt.Model
-	Opt     *optim.AdamW
+	Opt     optim.Optimizer // *optim.AdamW or *optim.Muon (Config.NewOptimizer)
 	Train   Batches
 	Val     EvalBatches // nil: Eval returns an error
 	History History
@@ -337,7 +338,7 @@ func NewTrainer(cfg Config, model *gpt.Model, train Batches, val EvalBatches) (*
 	params := nn.Tensors(model)
 	t := &Trainer{
 		Config: cfg, Model: model, Train: train, Val: val,
-		Opt:    optim.NewAdamWGroups(optim.DecayGroups(params, cfg.WeightDecay), cfg.AdamW()),
+		Opt:    cfg.NewOptimizer(params),
 		sched:  cfg.LRSchedule(),
 		params: params,
 	}
@@ -396,12 +397,13 @@ func (t *Trainer) Extend(total int) bool {
 }
 
 // Step runs one optimizer update: GradAccum micro-batches of forward and
-// backward (each loss divided by GradAccum), global-norm clipping, AdamW.
-// A non-finite gradient norm skips the update (the record says so). The
-// clip is folded into AdamW on the device, so the gradients are left as
-// the backward wrote them (unclipped; with float16, still times the loss
-// scale), and nothing is read back until the end: on Metal a step is one
-// command buffer (one per micro-batch) and one wait.
+// backward (each loss divided by GradAccum), global-norm clipping, the
+// optimizer (AdamW or Muon). A non-finite gradient norm skips the update
+// (the record says so). The clip is folded into the optimizer on the
+// device, so the gradients are left as the backward wrote them
+// (unclipped; with float16, still times the loss scale), and nothing is
+// read back until the end: on Metal a step is one command buffer (one
+// per micro-batch) and one wait.
 func (t *Trainer) Step() Metrics {
 	// With precision float16 the backward starts from the loss times the
 	// loss scale (see lossScaler); the clip divides it out of the norm and

@@ -3,7 +3,10 @@
 package symbols
 
 import (
+	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/optim"
+	"go/constant"
+	"go/token"
 	"reflect"
 )
 
@@ -15,22 +18,76 @@ func init() {
 		"ClipGradNormDeferredScaled": reflect.ValueOf(optim.ClipGradNormDeferredScaled),
 		"DecayGroups":                reflect.ValueOf(optim.DecayGroups),
 		"DefaultAdamWConfig":         reflect.ValueOf(optim.DefaultAdamWConfig),
+		"DefaultMuonConfig":          reflect.ValueOf(optim.DefaultMuonConfig),
+		"FoldNames":                  reflect.ValueOf(optim.FoldNames),
 		"GradNorm":                   reflect.ValueOf(optim.GradNorm),
+		"HiddenMatrix":               reflect.ValueOf(optim.HiddenMatrix),
+		"MuonSplit":                  reflect.ValueOf(optim.MuonSplit),
+		"NSCoefA":                    reflect.ValueOf(constant.MakeFromLiteral("3.44449999999999999992887633748495090912911109626293182373046875", token.FLOAT, 0)),
+		"NSCoefB":                    reflect.ValueOf(constant.MakeFromLiteral("-4.7750000000000000000867361737988403547205962240695953369140625", token.FLOAT, 0)),
+		"NSCoefC":                    reflect.ValueOf(constant.MakeFromLiteral("2.03150000000000000000520417042793042128323577344417572021484375", token.FLOAT, 0)),
 		"NewAdamW":                   reflect.ValueOf(optim.NewAdamW),
 		"NewAdamWGroups":             reflect.ValueOf(optim.NewAdamWGroups),
+		"NewMuon":                    reflect.ValueOf(optim.NewMuon),
+		"NewMuonWith":                reflect.ValueOf(optim.NewMuonWith),
+		"NewtonSchulz":               reflect.ValueOf(optim.NewtonSchulz),
 
 		// type definitions
 		"AdamW":        reflect.ValueOf((*optim.AdamW)(nil)),
 		"AdamWConfig":  reflect.ValueOf((*optim.AdamWConfig)(nil)),
 		"AdamWState":   reflect.ValueOf((*optim.AdamWState)(nil)),
+		"GroupInfo":    reflect.ValueOf((*optim.GroupInfo)(nil)),
+		"Muon":         reflect.ValueOf((*optim.Muon)(nil)),
+		"MuonConfig":   reflect.ValueOf((*optim.MuonConfig)(nil)),
+		"MuonState":    reflect.ValueOf((*optim.MuonState)(nil)),
+		"Optimizer":    reflect.ValueOf((*optim.Optimizer)(nil)),
 		"ParamGroup":   reflect.ValueOf((*optim.ParamGroup)(nil)),
 		"Schedule":     reflect.ValueOf((*optim.Schedule)(nil)),
 		"WSD":          reflect.ValueOf((*optim.WSD)(nil)),
 		"WarmupCosine": reflect.ValueOf((*optim.WarmupCosine)(nil)),
 
 		// interface wrapper definitions
-		"_Schedule": reflect.ValueOf((*_github_com_forgeml_forge_forge_optim_Schedule)(nil)),
+		"_Optimizer": reflect.ValueOf((*_github_com_forgeml_forge_forge_optim_Optimizer)(nil)),
+		"_Schedule":  reflect.ValueOf((*_github_com_forgeml_forge_forge_optim_Schedule)(nil)),
 	}
+}
+
+// _github_com_forgeml_forge_forge_optim_Optimizer is an interface wrapper for Optimizer type
+type _github_com_forgeml_forge_forge_optim_Optimizer struct {
+	IValue       interface{}
+	WDescribe    func() []optim.GroupInfo
+	WLR          func() float64
+	WParams      func() []*forge.Tensor
+	WSetLR       func(lr float64)
+	WStep        func()
+	WStepClipped func(c *forge.GradClip)
+	WStepCount   func() int
+	WZeroGrad    func()
+}
+
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) Describe() []optim.GroupInfo {
+	return W.WDescribe()
+}
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) LR() float64 {
+	return W.WLR()
+}
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) Params() []*forge.Tensor {
+	return W.WParams()
+}
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) SetLR(lr float64) {
+	W.WSetLR(lr)
+}
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) Step() {
+	W.WStep()
+}
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) StepClipped(c *forge.GradClip) {
+	W.WStepClipped(c)
+}
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) StepCount() int {
+	return W.WStepCount()
+}
+func (W _github_com_forgeml_forge_forge_optim_Optimizer) ZeroGrad() {
+	W.WZeroGrad()
 }
 
 // _github_com_forgeml_forge_forge_optim_Schedule is an interface wrapper for Schedule type

@@ -219,10 +219,12 @@ type mode struct {
 }
 
 // modes are the rows of the training modes, on the config's
-// shape: quantisation-aware training, activation checkpointing, and
+// shape: the Muon optimizer, quantisation-aware training, activation
+// checkpointing, and
 // mixtures of experts as k and the number of experts change (each expert
 // of the config's MLP size, so a token's cost grows with k).
 var modes = []mode{
+	{"muon", func(c *train.Config) { c.Optimizer = "muon" }},
 	{"quant int8", func(c *train.Config) { c.Model.Quant = forge.QuantInt8 }},
 	{"quant ternary", func(c *train.Config) { c.Model.Quant = forge.QuantTernary }},
 	{"checkpointed", func(c *train.Config) { c.Model.Checkpoint = gpt.AllBlocks() }},
