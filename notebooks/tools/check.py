@@ -76,7 +76,7 @@ def check(path):
         finals = re.findall(r"^(\S.*?)\s+loss (\S+) → (\S+), val_loss", T, re.M)
         need(len(finals) == 6 and all(float(b) < float(a) - 0.5 for _, a, b in finals),
              "six modes whose loss fell by more than 0.5 (got %s)" % finals)
-        need(H.count("forge-compare") == 2 and H.count('class="forge-chart"') >= 8, "the two comparison charts and the MoE dashboard")
+        need(H.count('class="forge-table forge-compare"') == 2 and H.count('class="forge-chart"') >= 8, "the two comparison charts and the MoE dashboard")
         need("checkpointed losses equal the plain run's bit for bit: true" in T, "checkpointing reproducing the plain losses")
         need("MoE routing" in H, "the MoE routing chart")
         m = re.search(r"\(([\d.]+)× smaller\)", T)
