@@ -439,6 +439,12 @@ func cmdPrepare(e *env, args []string) error {
 	if err := data.RemoveManifest(*out); err != nil {
 		return err
 	}
+	// Shards of an earlier streamed set would be taken for this set's.
+	for _, d := range []string{dataset.TrainDir, dataset.ValDir} {
+		if err := os.RemoveAll(filepath.Join(*out, d)); err != nil {
+			return err
+		}
+	}
 	if err := tok.Save(filepath.Join(*out, "tokenizer.json")); err != nil {
 		return err
 	}

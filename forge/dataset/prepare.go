@@ -160,6 +160,12 @@ func Prepare(ctx context.Context, srcs []*Source, out string, opts Options) (*Re
 	if err := data.RemoveManifest(out); err != nil {
 		return nil, err
 	}
+	// A one-shot set's files would be taken for this set's.
+	for _, f := range []string{data.TrainFile, data.ValFile} {
+		if err := os.Remove(filepath.Join(out, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("dataset: %v", err)
+		}
+	}
 	for _, d := range []string{TrainDir, ValDir} {
 		if err := os.RemoveAll(filepath.Join(out, d)); err != nil {
 			return nil, fmt.Errorf("dataset: %v", err)
