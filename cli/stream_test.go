@@ -17,7 +17,7 @@ import (
 // evaluates; bad sources get one line.
 func TestPrepareStreamAndTrainOnShards(t *testing.T) {
 	dir := t.TempDir()
-	config, _ := micro(t, dir)
+	config, text := micro(t, dir)
 	paras := strings.Split(data.Austen()[:400000], "\n\n")
 	var jl strings.Builder
 	for _, p := range paras[:len(paras)/2] {
@@ -67,6 +67,20 @@ func TestPrepareStreamAndTrainOnShards(t *testing.T) {
 	os.Remove(filepath.Join(runDir, "data", "train", filepath.Base(shards[1])))
 	if r := runCLI("train", "--run", runDir, "--steps", "1", "--quiet"); r.code == 0 || !strings.Contains(r.stderr, "missing") {
 		t.Errorf("a missing shard: %+v", r)
+	}
+	// A one-shot prepare into the same directory removes the shards, and
+	// a streamed one the one-shot files: a run never takes stale ones.
+	if r := runCLI("prepare", "--out", prep, "--vocab", "280", "--context", "32", text); r.code != 0 {
+		t.Fatal(r)
+	}
+	if _, err := os.Stat(filepath.Join(prep, "train")); !os.IsNotExist(err) {
+		t.Errorf("the one-shot prepare left the streamed shards: %v", err)
+	}
+	if r := runCLI("prepare", "--out", prep, "--data", text, "--vocab", "280", "--context", "32", "--chunk", "2KB"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if _, err := os.Stat(filepath.Join(prep, "train.bin")); !os.IsNotExist(err) {
+		t.Errorf("the streamed prepare left the one-shot train.bin: %v", err)
 	}
 	for _, c := range []struct {
 		args []string

@@ -301,6 +301,12 @@ func encodePieces(pieces []piece, enc Encoder, vocab int, opts PrepareOptions, t
 	return out, nil
 }
 
+// SplitText cuts s into pieces of at most about size bytes, as Prepare
+// cuts long documents: after a paragraph break, newline or space in the
+// second half of each piece where there is one. Concatenating the pieces
+// gives s back.
+func SplitText(s string, size int) []string { return splitText(s, size) }
+
 // splitText cuts s into pieces of at most about size bytes (see Prepare for
 // where the cuts fall). Concatenating the pieces gives s back.
 func splitText(s string, size int) []string {

@@ -143,7 +143,8 @@ func (o *Options) fill() error {
 // and data's manifest.json last, which marks the set complete (an older
 // set in out stops counting as soon as Prepare starts). Documents are
 // separated by a blank line. The text is cut into chunks at document
-// boundaries (a document longer than a chunk is a chunk of its own);
+// boundaries, a document longer than a chunk at a paragraph break, line
+// or space (data.SplitText; its pieces are encoded separately);
 // every 1/ValFraction-th chunk goes to validation, so the split does not
 // depend on how many cores encode.
 func Prepare(ctx context.Context, srcs []*Source, out string, opts Options) (*Report, error) {
@@ -338,16 +339,21 @@ func encode(ctx context.Context, srcs []*Source, tok tokenizer.Tokenizer, opts O
 			if !strings.HasSuffix(d.text, "\n\n") {
 				d.text += map[bool]string{true: "\n", false: "\n\n"}[strings.HasSuffix(d.text, "\n")]
 			}
-			if cur.bytes > 0 && cur.bytes+len(d.text) > opts.ChunkBytes {
-				if !send() {
-					return true, nil
-				}
-			}
-			cur.docs = append(cur.docs, d)
-			cur.bytes += len(d.text)
-			read += int64(len(d.text))
 			rep.Sources[d.src].Documents++
-			rep.Sources[d.src].Bytes += int64(len(d.text))
+			// A document longer than a chunk is cut (at a paragraph break,
+			// line or space where it can be), so that chunks, and the
+			// validation split, stay even.
+			for _, piece := range data.SplitText(d.text, opts.ChunkBytes) {
+				if cur.bytes > 0 && cur.bytes+len(piece) > opts.ChunkBytes {
+					if !send() {
+						return true, nil
+					}
+				}
+				cur.docs = append(cur.docs, doc{text: piece, src: d.src})
+				cur.bytes += len(piece)
+				read += int64(len(piece))
+				rep.Sources[d.src].Bytes += int64(len(piece))
+			}
 			return opts.MaxBytes > 0 && read >= opts.MaxBytes, nil
 		})
 		send()
