@@ -38,6 +38,7 @@ func init() {
 		"ReadTokens":         reflect.ValueOf(data.ReadTokens),
 		"RemoveManifest":     reflect.ValueOf(data.RemoveManifest),
 		"ShardFiles":         reflect.ValueOf(data.ShardFiles),
+		"SplitText":          reflect.ValueOf(data.SplitText),
 		"TokenMagic":         reflect.ValueOf(constant.MakeFromLiteral("20240520", token.INT, 0)),
 		"TokenVersion":       reflect.ValueOf(constant.MakeFromLiteral("1", token.INT, 0)),
 		"TrainFile":          reflect.ValueOf(constant.MakeFromLiteral("\"train.bin\"", token.STRING, 0)),

@@ -39,7 +39,7 @@ func TestNewOpNumbered(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := strings.Replace(string(src), "\t// NumUnaryOps ", "\tErfc // erfc(x)\n\t// NumUnaryOps ", 1)
-	s = strings.Replace(s, `"square", "sign"}`, `"square", "sign", "erfc"}`, 1)
+	s = strings.Replace(s, `"sign", "round"}`, `"sign", "round", "erfc"}`, 1)
 	if s == string(src) {
 		t.Fatal("the edit did not apply: backend.go changed shape")
 	}
@@ -47,7 +47,7 @@ func TestNewOpNumbered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"U_NEG = 0,", "U_SIGN = 18,", "U_ERFC = 19,", "// backend.Erfc: erfc(x)", "(NumUnaryOps = 20)"} {
+	for _, want := range []string{"U_NEG = 0,", "U_SIGN = 18,", "U_ROUND = 19,", "U_ERFC = 20,", "// backend.Erfc: erfc(x)", "(NumUnaryOps = 21)"} {
 		if !bytes.Contains(h, []byte(want)) {
 			t.Errorf("header lacks %q:\n%s", want, h)
 		}
@@ -68,7 +68,7 @@ func TestRefused(t *testing.T) {
 		{"no count", "\t// NumBinaryOps is the number of binary ops (not an op).\n\tNumBinaryOps\n", "", "do not end in NumBinaryOps"},
 		{"count not last", "\tReduceArgMin // index of the first minimum; dst is Int32\n\t// NumReduceOps is the number of reductions (not an op).\n\tNumReduceOps\n",
 			"\tNumReduceOps\n\tReduceArgMin\n", "must be the last ReduceOp constant"},
-		{"short names table", `"square", "sign"}`, `"square"}`, "18 names for the 19 UnaryOp constants"},
+		{"short names table", `"sign", "round"}`, `"sign"}`, "19 names for the 20 UnaryOp constants"},
 		{"name not snake case", `"gelu_tanh"`, `"GeluTanh"`, "is not lower_snake_case"},
 		{"names not literals", `"eq", "ne",`, `"eq", eqName,`, "not a string literal"},
 	} {
