@@ -242,6 +242,26 @@ func TestHubDownloadResumes(t *testing.T) {
 	}
 }
 
+// TestHubPartialDownload: a read that failed after some files were
+// downloaded does not leave a set that later reads take as complete.
+func TestHubPartialDownload(t *testing.T) {
+	parts := [][]string{corpus("p0", 200), corpus("p1", 150)}
+	h := newHub(t, "org/part", "default", "train", parts, "")
+	second := "/api/datasets/org/part/parquet/default/train/1.parquet"
+	good := h.files[second]
+	delete(h.files, second) // the second file is missing for now: 404
+	hub := testHub(t, h, "")
+	s, _ := ParseSource("hf:org/part", "")
+	s.hub = hub
+	if err := s.Documents(context.Background(), func(string) error { return nil }); err == nil {
+		t.Fatal("a missing file was not an error")
+	}
+	h.files[second] = good
+	if d := docs(t, s); len(d) != 350 {
+		t.Fatalf("after the failed read: %d documents, want 350", len(d))
+	}
+}
+
 func TestHubRefusals(t *testing.T) {
 	h := newHub(t, "org/gated", "default", "train", [][]string{corpus("g", 10)}, "right")
 	s, _ := ParseSource("hf:org/gated", "")

@@ -116,7 +116,7 @@ func (h *Hub) Files(ctx context.Context, s *Source) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("dataset: %s: %v", s.Name, err)
 	}
-	var files []string
+	var files, names []string
 	for i, u := range urls {
 		path := filepath.Join(dir, fmt.Sprintf("%04d.parquet", i))
 		if _, err := os.Stat(path); err != nil {
@@ -124,7 +124,13 @@ func (h *Hub) Files(ctx context.Context, s *Source) ([]string, error) {
 				return nil, err
 			}
 		}
-		files = append(files, path)
+		files, names = append(files, path), append(names, filepath.Base(path))
+	}
+	// The set counts as downloaded once every file of the list is:
+	// complete.json, written last, is what later reads trust offline.
+	b, _ := json.Marshal(names)
+	if err := atomicfile.WriteBytes(filepath.Join(dir, "complete.json"), b); err != nil {
+		return nil, fmt.Errorf("dataset: %s: %v", s.Name, err)
 	}
 	return files, nil
 }
@@ -298,18 +304,6 @@ func (h *Hub) download(ctx context.Context, s *Source, url, path string) error {
 		return fmt.Errorf("dataset: %s: %v", s.Name, err)
 	}
 	atomicfile.SyncDir(filepath.Dir(path))
-	// Record the complete set so later runs find it without the network.
-	dir := filepath.Dir(path)
-	var names []string
-	if b, err := os.ReadFile(filepath.Join(dir, "complete.json")); err == nil {
-		json.Unmarshal(b, &names)
-	}
-	if !contains(names, name) {
-		names = append(names, name)
-		sort.Strings(names)
-		b, _ := json.Marshal(names)
-		atomicfile.WriteBytes(filepath.Join(dir, "complete.json"), b)
-	}
 	return nil
 }
 
