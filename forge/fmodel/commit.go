@@ -91,7 +91,7 @@ func CommitTo(dir string, c Commit) (CommitStats, error) {
 	add := func(name string, data []byte) *Blob {
 		sum := hexHash(sha256.Sum256(data))
 		b := &Blob{Name: name, Size: int64(len(data)), SHA256: sum}
-		if old, ok := known[sum]; ok && old.Size == b.Size {
+		if old, ok := known[sum]; ok && old.Size == b.Size && partsPresent(dir, old.Parts) {
 			b.Parts = old.Parts
 			st.Reused++
 			return b
@@ -172,6 +172,19 @@ func CommitTo(dir string, c Commit) (CommitStats, error) {
 	st.Tensors = len(m.Tensors)
 	st.Bytes = m.Bytes()
 	return st, nil
+}
+
+// partsPresent reports whether the shards holding parts are there and
+// long enough: a parent whose shard went missing must not lend it to a
+// new revision (its bytes are written again instead).
+func partsPresent(dir string, parts []Part) bool {
+	for _, p := range parts {
+		fi, err := os.Stat(filepath.Join(dir, ShardDir, p.Shard+shardExt))
+		if err != nil || fi.Size() < p.Offset+p.Length {
+			return false
+		}
+	}
+	return true
 }
 
 // removeTemps deletes what interrupted commits left (atomicfile's

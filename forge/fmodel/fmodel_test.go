@@ -231,6 +231,32 @@ func TestDamageIsReported(t *testing.T) {
 	}
 }
 
+// TestMissingShardIsWrittenAgain: a commit does not reuse the parent's
+// bytes from a shard that is gone; the new revision is whole.
+func TestMissingShardIsWrittenAgain(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := CommitTo(dir, Commit{Tensors: model(1)}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := Open(dir)
+	s, _ := r.Load("")
+	os.Remove(filepath.Join(dir, ShardDir, s.Manifest.Tensors[0].Parts[0].Shard+shardExt))
+	s.Close()
+	st, err := CommitTo(dir, Commit{Tensors: model(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Written != len(model(1))-1 { // all but the empty tensor
+		t.Fatalf("wrote %d blobs, want every tensor again: %+v", st.Written, st)
+	}
+	s, err = r.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTensors(t, s.Tensors(), model(1))
+	s.Close()
+}
+
 func TestSecondWriterRefused(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := CommitTo(dir, Commit{Tensors: model(1)}); err != nil {
