@@ -7,7 +7,6 @@ import (
 
 	"github.com/forgeml/forge/forge"
 	"github.com/forgeml/forge/forge/nn"
-	"github.com/forgeml/forge/forge/optim"
 )
 
 func TestQuantConfig(t *testing.T) {
@@ -77,24 +76,7 @@ func TestOverfitOneBatchTernary(t *testing.T) {
 	c.Vocab, c.Context, c.Dim, c.Layers, c.Heads, c.FFNHidden = 512, 128, 128, 4, 4, 512 // tiny
 	c.Quant = "ternary"
 	m, _ := New(c, 1)
-	g := forge.NewGenerator(2)
-	data := randIDs(g, c.Vocab, 4, 65)
-	ids, tgt := data.Narrow(1, 0, 64).Contiguous(), data.Narrow(1, 1, 64).Contiguous()
-	cfg := optim.DefaultAdamWConfig()
-	cfg.LR = 3e-3
-	opt := optim.NewAdamWGroups(optim.DecayGroups(nn.Tensors(m), 0.1), cfg)
-	var loss float64
-	step := 0
-	for step = 1; step <= 300; step++ {
-		opt.ZeroGrad()
-		l := m.Loss(ids, tgt)
-		l.Backward()
-		optim.ClipGradNorm(nn.Tensors(m), 1)
-		opt.Step()
-		if loss = l.Item(); loss < 0.05 {
-			break
-		}
-	}
+	loss, step := overfit(m, c.Vocab, 64, 300, identity)
 	t.Logf("ternary: loss %.4f after %d steps", loss, step)
 	if loss >= 0.05 {
 		t.Errorf("ternary: loss %.4f after 300 steps, want < 0.05", loss)
