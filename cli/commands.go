@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -374,8 +373,8 @@ func cmdPrepare(e *env, args []string) error {
 	mixSpec := fs.String("mix", "", "presets to stream, with weights: fineweb-edu:0.6,dclm:0.4 (see --help)")
 	field := fs.String("field", "text", "the text field of JSON Lines, Parquet and hub sources")
 	shardTokens := fs.Int("shard-tokens", dataset.DefaultShardTokens, "tokens per shard file when streaming")
-	sample := fs.String("sample", "64MB", "text the tokenizer trains on when streaming (KB, MB, GB)")
-	maxBytes := fs.String("max-bytes", "", "stop streaming after this much text (KB, MB, GB; default: until a source runs out)")
+	sample := fs.String("sample", "64MB", "text the tokenizer trains on when streaming (KB, MB, GB; KiB, MiB, GiB)")
+	maxBytes := fs.String("max-bytes", "", "stop streaming after this much text (KB, MB, GB; KiB, MiB, GiB; default: until a source runs out)")
 	chunk := fs.String("chunk", "1MB", "text encoded as one unit when streaming (every 1/val-th chunk is held out)")
 	files, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -579,24 +578,13 @@ func prepareStream(e *env, out string, specs, files []string, mixSpec, field, ki
 	return nil
 }
 
-// parseBytes reads a size like 64MB, 1.5GB, 4096 (bytes).
+// parseBytes reads a flag's size (numfmt.ParseBytes: 64MB, 512MiB, 2G).
 func parseBytes(flag, s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	mult := 1.0
-	for _, u := range []struct {
-		suffix string
-		m      float64
-	}{{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.m
-			break
-		}
+	n, err := numfmt.ParseBytes(s)
+	if err != nil {
+		return 0, usagef("%s %q: %v", flag, s, err)
 	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || !(v > 0) || v*mult > 1<<50 {
-		return 0, usagef("%s %q: want a size such as 64MB, 1GB or 4096", flag, s)
-	}
-	return int64(v * mult), nil
+	return n, nil
 }
 
 func cmdExport(e *env, args []string) error {

@@ -664,33 +664,17 @@ func (st settings) get(name string) string {
 	return ""
 }
 
-// parseBytes reads a memory size: a number of bytes with an optional
-// unit (KiB, MiB, GiB, TiB, or K, M, G, T for the same; KB, MB, GB, TB
-// for powers of 1000), or auto (0: the default budget).
+// parseBytes reads a memory size (numfmt.ParseBytes), or auto (0: the
+// default budget).
 func parseBytes(v string) (int64, error) {
 	if v == "auto" || v == "0" {
 		return 0, nil
 	}
-	units := []struct {
-		suffix string
-		mult   float64
-	}{
-		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
-	}
-	num, mult := v, 1.0
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(v, u.suffix); ok {
-			num, mult = strings.TrimSpace(n), u.mult
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || f <= 0 || f*mult > 1<<62 || math.IsNaN(f) {
+	n, err := numfmt.ParseBytes(v)
+	if err != nil {
 		return 0, usagef("budget wants a size (8GiB, 512MiB, 2G) or auto, got %q", v)
 	}
-	return int64(f * mult), nil
+	return n, nil
 }
 
 func cmdSet(s *Session, _ context.Context, args []string) error {
