@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -290,7 +289,7 @@ func writeShard(dir string, s *shard) (string, int64, error) {
 	if err := s.writeTo(h); err != nil {
 		return "", 0, err
 	}
-	name := hexHash([32]byte(sumOf(h)))
+	name := hexHash([32]byte(h.Sum(nil)))
 	path := filepath.Join(dir, ShardDir, name+shardExt)
 	if fi, err := os.Stat(path); err == nil && fi.Size() == s.size {
 		return name, 0, nil
@@ -300,5 +299,3 @@ func writeShard(dir string, s *shard) (string, int64, error) {
 	}
 	return name, s.size, nil
 }
-
-func sumOf(h hash.Hash) []byte { return h.Sum(nil) }

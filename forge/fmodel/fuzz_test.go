@@ -1,6 +1,7 @@
 package fmodel
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ func FuzzLoad(f *testing.F) {
 		// The manifest is stored under its own hash, so only the parser
 		// and the bounds checks stand between it and the reader; every
 		// shard it could name is the fuzzed one.
-		mh := hexHash(sha256Sum(manifest))
+		mh := hexHash(sha256.Sum256(manifest))
 		os.WriteFile(filepath.Join(d, ManifestDir, mh+manifestExt), manifest, 0o644)
 		os.WriteFile(filepath.Join(d, HeadFile), []byte(mh+"\n"), 0o644)
 		if m, err := ParseManifest(manifest); err == nil {

@@ -2,7 +2,6 @@ package fmodel
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -218,8 +217,5 @@ func isHash(s string) bool {
 	}
 	return true
 }
-
-// sha256Sum is sha256.Sum256 (for the fuzz test).
-func sha256Sum(b []byte) [32]byte { return sha256.Sum256(b) }
 
 func hexHash(sum [32]byte) string { return hex.EncodeToString(sum[:]) }
