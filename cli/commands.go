@@ -613,13 +613,7 @@ func cmdExport(e *env, args []string) error {
 	if *format == "hf" && (flagSet(fs, "dtype") || flagSet(fs, "message")) {
 		return usagef("--dtype and --message belong to --format forge; the Hugging Face export is float32")
 	}
-	var snap *train.Snapshot
-	var err error
-	if train.IsRepository(*runDir) {
-		snap, err = train.LoadRepository(*runDir, "")
-	} else {
-		snap, err = train.Load(*runDir)
-	}
+	snap, err := openModel(*runDir, "")
 	if err != nil {
 		return err
 	}
@@ -687,17 +681,23 @@ func cmdCheck(e *env, args []string) error {
 // repository, at rev) for the commands that only read a model, with a
 // warning on stderr when it had to use an older checkpoint.
 func loadRun(e *env, dir, rev string) (*train.Snapshot, error) {
+	snap, err := openModel(dir, rev)
+	if err == nil && snap.FellBack != "" {
+		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)
+	}
+	return snap, err
+}
+
+// openModel reads the model in dir: a .forge repository at rev, or a run
+// directory (which has no revisions).
+func openModel(dir, rev string) (*train.Snapshot, error) {
 	if train.IsRepository(dir) {
 		return train.LoadRepository(dir, rev)
 	}
 	if rev != "" {
 		return nil, usagef("--rev %s: %s is a run directory, not a .forge repository; revisions belong to repositories (forge export --format forge)", rev, dir)
 	}
-	snap, err := train.Load(dir)
-	if err == nil && snap.FellBack != "" {
-		fmt.Fprintf(e.stderr, "warning: %s\n", snap.FellBack)
-	}
-	return snap, err
+	return train.Load(dir)
 }
 
 type multiFlag []string
