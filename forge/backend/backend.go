@@ -533,6 +533,19 @@ type Backend interface {
 	// ResetPeak starts Memory's peak again from the live bytes now.
 	// Default: nothing.
 	ResetPeak()
+	// AliasHost returns a buffer of dt whose elements are the
+	// little-endian bytes of mem, used in place: no copy (a model file
+	// mapped into memory becomes the tensor's memory). len(mem) is a
+	// multiple of dt.Size(); cap(mem) may reach further, to the end of the
+	// last page mem touches, for a device that maps whole pages (Metal's
+	// newBufferWithBytesNoCopy). The buffer is read-only: mem may be a
+	// read-only mapping, and package forge refuses every kernel that would
+	// write it. The backend holds keep until it has released the buffer
+	// (freed or collected, and no queued kernel uses it any more): keep
+	// owns mem, which must stay mapped and unchanged until then. An error
+	// says why mem cannot be used in place (its alignment, the device);
+	// the caller then copies. Default: an error (the backend copies).
+	AliasHost(dt DType, mem []byte, keep any) (Buffer, error)
 	// Concurrent says whether the kernels called from now on are
 	// independent of one another: a hint that they may run at the same
 	// time (on Metal, in a concurrent-dispatch region of the command

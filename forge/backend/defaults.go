@@ -1,6 +1,9 @@
 package backend
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // The services of Backend that have a default: a backend embedding
 // Unimplemented gets these and overrides the ones it provides. Every
@@ -34,3 +37,9 @@ func (Unimplemented) ResetPeak() {}
 
 // Concurrent does nothing: kernels run in the order they are called.
 func (Unimplemented) Concurrent(bool) {}
+
+// ErrNoAlias is AliasHost's default error.
+var ErrNoAlias = errors.New("the device cannot use host memory in place")
+
+// AliasHost returns ErrNoAlias: the caller copies.
+func (Unimplemented) AliasHost(DType, []byte, any) (Buffer, error) { return nil, ErrNoAlias }

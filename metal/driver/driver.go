@@ -294,3 +294,23 @@ type PipelineArchive interface {
 	// archive and how many it compiled and added, since OpenArchive.
 	ArchiveCounts() (hits, added int)
 }
+
+// PageSize is the page size of Apple silicon (vm_page_size: 16 KiB), the
+// granule of HostMemory buffers.
+const PageSize = 16 << 10
+
+// HostMemory is implemented by drivers that can make a buffer of memory
+// the host already has, without copying it (Metal's
+// newBufferWithBytesNoCopy:length:options:deallocator:): a model file
+// mapped read-only becomes device memory as it is, so the file cache is
+// the GPU's memory (an optional interface: the backend checks for it with
+// a type assertion; without it, or when it refuses, the backend copies).
+type HostMemory interface {
+	// NewBufferNoCopy returns a buffer whose Bytes are mem itself. mem
+	// must start on a page boundary and be a whole number of pages long
+	// (Metal's rule; the emulator checks PageSize, the rule on Apple
+	// silicon, on every host). The memory may be mapped read-only: a
+	// kernel that writes it faults. Release drops the buffer, never the
+	// memory: its owner unmaps it, after the buffer is released.
+	NewBufferNoCopy(mem []byte) (Buffer, error)
+}
