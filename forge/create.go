@@ -69,6 +69,15 @@ func FullOf(dt DType, v float64, shape ...int) *Tensor {
 	return fullOn("full", DefaultDevice(), dt, shape, v)
 }
 
+// EmptyOf returns a tensor of dtype dt on the default device whose values
+// are unspecified (torch.empty): memory that is written before it is read,
+// such as the weights of a model about to be loaded. Nothing is filled.
+func EmptyOf(dt DType, shape ...int) *Tensor {
+	checkShape("empty", shape)
+	checkDType("empty", dt, shape)
+	return newTensorOp("empty", DefaultDevice(), dt, shape)
+}
+
 // ZerosLike returns zeros with t's shape, dtype and device.
 func ZerosLike(t *Tensor) *Tensor { return fullOn("zeros_like", t.dev, t.dtype, t.shape, 0) }
 

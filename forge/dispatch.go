@@ -232,6 +232,7 @@ type kcall struct {
 // alive until the kernel returns, so no buffer becomes unreachable (and,
 // on the CPU, recycled) while a kernel still uses it.
 func launch(d *Device, k kcall, fn func(b backend.Backend)) {
+	checkWritable(k.name, k.out)
 	if indep.depth != 0 {
 		indep.join(d)
 	}

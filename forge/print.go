@@ -254,6 +254,9 @@ func (t *Tensor) String() string {
 	case t.requiresGrad:
 		b.WriteString(", requires_grad=true")
 	}
+	if t.storageOwner().readOnly {
+		b.WriteString(", read_only=true")
+	}
 	if t.name != "" {
 		fmt.Fprintf(&b, ", name=%q", t.name)
 	}

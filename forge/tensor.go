@@ -178,6 +178,9 @@ type Tensor struct {
 	freedBy string
 	arena   *arena
 	pinned  bool
+	// readOnly, on the owner: buf is host memory used in place
+	// (AliasBytes); no kernel may write it.
+	readOnly bool
 }
 
 // newTensor allocates a contiguous tensor on dev.

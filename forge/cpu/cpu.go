@@ -29,6 +29,7 @@ import (
 	"math"
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/forgeml/forge/forge/backend"
 	"github.com/forgeml/forge/forge/half"
@@ -74,6 +75,9 @@ type Buffer struct {
 	pooled  bool
 	dt      uint8
 	cleanup runtime.Cleanup
+	// keep owns the memory of a buffer over host memory used in place
+	// (AliasHost), which is read-only; nil otherwise.
+	keep any
 }
 
 // Len returns the number of elements.
@@ -183,7 +187,42 @@ func (b *Backend) Free(buf backend.Buffer) {
 		}
 		c.F32, c.F64, c.I32 = c.F32[:0:0], c.F64[:0:0], c.I32[:0:0]
 		c.F16, c.BF16 = c.F16[:0:0], c.BF16[:0:0]
+		c.keep = nil
 	}
+}
+
+// AliasHost returns a buffer whose slice is mem itself, reinterpreted as
+// dt's elements (little-endian, as every CPU Forge runs on): no copy. mem
+// must be aligned to dt's size. Nothing of the CPU backend writes the
+// buffer unless a kernel is given it as a destination, which package
+// forge refuses for a read-only tensor; Write panics. The buffer holds
+// keep until it is freed or collected.
+func (b *Backend) AliasHost(dt backend.DType, mem []byte, keep any) (backend.Buffer, error) {
+	size := dt.Size()
+	if len(mem) == 0 || len(mem)%size != 0 {
+		return nil, fmt.Errorf("cpu: alias: %d bytes is not a whole number of %v elements", len(mem), dt)
+	}
+	p := unsafe.Pointer(unsafe.SliceData(mem))
+	if uintptr(p)%uintptr(size) != 0 {
+		return nil, fmt.Errorf("cpu: alias: the memory is not aligned to %v's %d bytes", dt, size)
+	}
+	n := len(mem) / size
+	x := &Buffer{keep: keep}
+	switch dt {
+	case backend.Float32:
+		x.F32 = unsafe.Slice((*float32)(p), n)
+	case backend.Float64:
+		x.F64 = unsafe.Slice((*float64)(p), n)
+	case backend.Int32:
+		x.I32 = unsafe.Slice((*int32)(p), n)
+	case backend.Float16:
+		x.F16 = unsafe.Slice((*uint16)(p), n)
+	case backend.BFloat16:
+		x.BF16 = unsafe.Slice((*uint16)(p), n)
+	default:
+		return nil, fmt.Errorf("cpu: alias: unknown dtype %v", dt)
+	}
+	return x, nil
 }
 
 // hostFits panics unless host is the host slice type of dt: []float32,
@@ -211,6 +250,9 @@ func hostFits(op string, dt backend.DType, host any) {
 // BFloat16).
 func (b *Backend) Write(dst backend.Buffer, src any) {
 	d := dst.(*Buffer)
+	if d.keep != nil {
+		panic("cpu: write: the buffer is host memory used in place (a mapped model file) and is read-only")
+	}
 	hostFits("write", d.DType(), src)
 	switch s := src.(type) {
 	case []float32:
