@@ -394,3 +394,27 @@ func TestParseManifestRefuses(t *testing.T) {
 		t.Error("unknown field accepted")
 	}
 }
+
+// A tensor split across shards has no single run of bytes to lend.
+func TestLendRefusesSplitTensor(t *testing.T) {
+	old := shardLimit
+	shardLimit = 2 * PageSize
+	defer func() { shardLimit = old }()
+	dir := t.TempDir()
+	big := tensorOf("big", 3, 5*PageSize/4+3)
+	if _, err := CommitTo(dir, Commit{Tensors: []safetensors.Tensor{tensorOf("small", 4, 10), big}}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := Open(dir)
+	s, err := r.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, _, ok := s.Lend(0); !ok {
+		t.Fatal("small tensor not lent")
+	}
+	if mem, _, ok := s.Lend(1); ok || mem != nil {
+		t.Fatal("a tensor in 4 parts was lent")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/forgeml/forge/forge/safetensors"
 )
@@ -17,8 +18,15 @@ type Snapshot struct {
 	Hash     string
 	Manifest *Manifest
 	Copied   int // tensors that had to be assembled from several parts
-	shards   map[string][]byte
-	unmap    []func() error
+	shards   map[string]*region
+}
+
+// region is one mapped shard. Once lent (Snapshot.Lend) it is unmapped by
+// a cleanup when it becomes unreachable, not by Close.
+type region struct {
+	b     []byte
+	unmap func() error
+	lent  bool
 }
 
 // Load maps the shards of revision rev (see Resolve) and checks that every
@@ -33,11 +41,13 @@ func (r *Repo) Load(rev string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Snapshot{Hash: h, Manifest: m, shards: map[string][]byte{}}
+	s := &Snapshot{Hash: h, Manifest: m, shards: map[string]*region{}}
 	check := func(kind, name string, b Blob) error {
 		for _, p := range b.Parts {
-			data, ok := s.shards[p.Shard]
-			if !ok {
+			var data []byte
+			if rg, ok := s.shards[p.Shard]; ok {
+				data = rg.b
+			} else {
 				path := filepath.Join(r.Dir, ShardDir, p.Shard+shardExt)
 				d, unmap, err := mapFile(path)
 				if err != nil {
@@ -46,8 +56,7 @@ func (r *Repo) Load(rev string) (*Snapshot, error) {
 					}
 					return fmt.Errorf("fmodel: %v", err)
 				}
-				s.shards[p.Shard], data = d, d
-				s.unmap = append(s.unmap, unmap)
+				s.shards[p.Shard], data = &region{b: d, unmap: unmap}, d
 			}
 			if p.Offset+p.Length > int64(len(data)) {
 				return fmt.Errorf("fmodel: %s: %s %q reaches byte %d of shard %s, which has %d: the shard is truncated or the manifest damaged", r.Dir, kind, name, p.Offset+p.Length, short(p.Shard), len(data))
@@ -81,11 +90,11 @@ func (s *Snapshot) bytesOf(b Blob) []byte {
 		return []byte{}
 	case 1:
 		p := b.Parts[0]
-		return s.shards[p.Shard][p.Offset : p.Offset+p.Length : p.Offset+p.Length]
+		return s.shards[p.Shard].b[p.Offset : p.Offset+p.Length : p.Offset+p.Length]
 	}
 	out := make([]byte, 0, b.Size)
 	for _, p := range b.Parts {
-		out = append(out, s.shards[p.Shard][p.Offset:p.Offset+p.Length]...)
+		out = append(out, s.shards[p.Shard].b[p.Offset:p.Offset+p.Length]...)
 	}
 	return out
 }
@@ -114,14 +123,41 @@ func (s *Snapshot) File(name string) ([]byte, error) {
 	return nil, fmt.Errorf("fmodel: revision %s has no file %s", short(s.Hash), name)
 }
 
-// Close unmaps the shards; the tensors' bytes are invalid afterwards.
+// Lend returns the bytes of tensor i (in manifest order) for use beyond
+// Close, in place: mem is a slice of the mapped shard, starting on a page
+// of the shard (PageSize) and with its capacity reaching the end of its
+// last page where the shard has it, so a device can take the pages as its
+// memory (forge's Tensor.AliasBytes). keep owns the mapping: the shard is
+// unmapped once Close has been called and keep is unreachable. ok is false
+// for a tensor stored in several parts, which has no single run of bytes
+// (Tensors assembles it), and after Close.
+func (s *Snapshot) Lend(i int) (mem []byte, keep any, ok bool) {
+	e := s.Manifest.Tensors[i]
+	if len(e.Parts) != 1 || s.shards == nil {
+		return nil, nil, false
+	}
+	p := e.Parts[0]
+	rg := s.shards[p.Shard]
+	end := min(pageUp(p.Offset+p.Length), int64(len(rg.b)))
+	if !rg.lent {
+		rg.lent = true
+		runtime.AddCleanup(rg, func(unmap func() error) { unmap() }, rg.unmap)
+	}
+	return rg.b[p.Offset : p.Offset+p.Length : end], rg, true
+}
+
+// Close unmaps the shards no tensor was lent from (Lend); the bytes of
+// Tensors and File are invalid afterwards.
 func (s *Snapshot) Close() error {
 	var first error
-	for _, u := range s.unmap {
-		if err := u(); err != nil && first == nil {
+	for _, rg := range s.shards {
+		if rg.lent {
+			continue
+		}
+		if err := rg.unmap(); err != nil && first == nil {
 			first = err
 		}
 	}
-	s.unmap, s.shards = nil, nil
+	s.shards = nil
 	return first
 }

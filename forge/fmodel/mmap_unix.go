@@ -5,13 +5,14 @@ package fmodel
 import (
 	"fmt"
 	"os"
-	"syscall"
 )
 
 // Mapped reports whether Load maps shards (rather than reading them).
 const Mapped = true
 
-// mapFile maps path read-only and returns its bytes and how to unmap them.
+// mapFile maps path read-only, starting on a PageSize boundary (so every
+// tensor of a shard starts on one: a device may take the pages as its
+// memory, Snapshot.Lend), and returns its bytes and how to unmap them.
 func mapFile(path string) ([]byte, func() error, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -28,9 +29,9 @@ func mapFile(path string) ([]byte, func() error, error) {
 	if fi.Size() > MaxShardBytes+PageSize {
 		return nil, nil, fmt.Errorf("%s: %d bytes is larger than a shard may be", path, fi.Size())
 	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	b, unmap, err := mapAligned(int(f.Fd()), int(fi.Size()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("mapping %s: %v", path, err)
 	}
-	return b, func() error { return syscall.Munmap(b) }, nil
+	return b, unmap, nil
 }
