@@ -692,7 +692,7 @@ func loadRun(e *env, dir, rev string) (*train.Snapshot, error) {
 // directory (which has no revisions).
 func openModel(dir, rev string) (*train.Snapshot, error) {
 	if train.IsRepository(dir) {
-		return train.LoadRepository(dir, rev)
+		return train.MapRepository(dir, rev)
 	}
 	if rev != "" {
 		return nil, usagef("--rev %s: %s is a run directory, not a .forge repository; revisions belong to repositories (forge export --format forge)", rev, dir)

@@ -88,7 +88,7 @@ func cmdModel(e *env, args []string) error {
 		if err := e.useDevice(*device); err != nil {
 			return err
 		}
-		snap, err := train.LoadRepository(pos[0], *rev)
+		snap, err := train.MapRepository(pos[0], *rev)
 		if err != nil {
 			return err
 		}

@@ -47,11 +47,22 @@ type Model struct {
 
 // New builds a model with weights drawn from seed.
 func New(cfg Config, seed uint64) (*Model, error) {
+	return build(cfg, seed, nn.Init{Gen: forge.NewGenerator(seed)})
+}
+
+// NewEmpty builds a model of cfg's shape whose weights are unspecified
+// (nn.Init.Empty): nothing is drawn or filled, for a model whose weights
+// are loaded (or mapped) right after. Its dropout generator is seed's,
+// as New's.
+func NewEmpty(cfg Config, seed uint64) (*Model, error) {
+	return build(cfg, seed, nn.Init{Empty: true})
+}
+
+func build(cfg Config, seed uint64, in nn.Init) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := cfg.Resolved()
-	in := nn.Init{Gen: forge.NewGenerator(seed)}
 	std, res := c.InitStd, nn.ResidualStd(c.InitStd, c.Layers)
 	V, C := c.PaddedVocab(), c.Dim
 	m := &Model{Config: c, gen: forge.NewGenerator(seed ^ 0x9e3779b97f4a7c15)}

@@ -9,19 +9,28 @@ import (
 )
 
 // Init draws initial weights: normal(0, std) from one generator, so a seed
-// fixes every weight on every backend.
+// fixes every weight on every backend. With Empty set it draws nothing and
+// fills nothing: the parameters' values are unspecified (forge.EmptyOf),
+// for a model whose weights are loaded right after it is built.
 type Init struct {
 	Gen   *forge.Generator
 	DType forge.DType
+	Empty bool
 }
 
 // Normal returns a leaf parameter of the given shape drawn from N(0, std²).
 func (in Init) Normal(std float64, shape ...int) *forge.Tensor {
+	if in.Empty {
+		return forge.EmptyOf(in.dtype(), shape...).RequiresGrad()
+	}
 	return in.Gen.Randn(in.dtype(), shape...).MulScalar(std).RequiresGrad()
 }
 
 // Const returns a leaf parameter filled with v.
 func (in Init) Const(v float64, shape ...int) *forge.Tensor {
+	if in.Empty {
+		return forge.EmptyOf(in.dtype(), shape...).RequiresGrad()
+	}
 	return forge.FullOf(in.dtype(), v, shape...).RequiresGrad()
 }
 

@@ -112,6 +112,19 @@ func paramTensors(prefix string, m *gpt.Model) []safetensors.Tensor {
 }
 
 func fillParams(path string, f *safetensors.File, prefix string, m *gpt.Model) error {
+	_, err := fillParamsAliasing(path, f, prefix, m, nil)
+	return err
+}
+
+// aliasFunc returns the bytes of the float32 tensor name for use in place
+// (forge's Tensor.AliasBytes) and their owner, or ok false.
+type aliasFunc func(name string) (mem []byte, keep any, ok bool)
+
+// fillParamsAliasing is fillParams where a parameter whose float32 bytes
+// alias gives may take them as its memory in place, read-only, instead
+// of copying; it returns how many did.
+func fillParamsAliasing(path string, f *safetensors.File, prefix string, m *gpt.Model, alias aliasFunc) (int, error) {
+	aliased := 0
 	want := map[string]bool{}
 	var errOut error
 	err := forge.Try(func() {
@@ -128,6 +141,12 @@ func fillParams(path string, f *safetensors.File, prefix string, m *gpt.Model) e
 					errOut = fmt.Errorf("train: %s: tensor %q has shape %v, the model wants %v", path, name, t.Shape, p.Tensor.Shape())
 					return
 				}
+				if alias != nil && t.DType == safetensors.DTypeF32 {
+					if mem, keep, ok := alias(name); ok && p.Tensor.AliasBytes(mem, keep) == nil {
+						aliased++
+						continue
+					}
+				}
 				v, err := float32sOf(t)
 				if err != nil {
 					errOut = fmt.Errorf("train: %s: tensor %q: %v", path, name, err)
@@ -138,20 +157,20 @@ func fillParams(path string, f *safetensors.File, prefix string, m *gpt.Model) e
 		})
 	})
 	if err != nil {
-		return err
+		return aliased, err
 	}
 	if errOut != nil {
-		return errOut
+		return aliased, errOut
 	}
 	for _, l := range m.Linears() {
 		want[maskPrefix+l.Name+".weight"] = true // optional; fillMasks reads it
 	}
 	for _, t := range f.Tensors {
 		if len(prefix) <= len(t.Name) && t.Name[:len(prefix)] == prefix && !want[t.Name] {
-			return fmt.Errorf("train: %s has a tensor %q the model does not have; it was saved for another model", path, t.Name)
+			return aliased, fmt.Errorf("train: %s has a tensor %q the model does not have; it was saved for another model", path, t.Name)
 		}
 	}
-	return nil
+	return aliased, nil
 }
 
 // saveCheckpoint writes the weights and the optimizer state into dir and

@@ -180,8 +180,22 @@ func IsRepository(dir string) bool { return fmodel.IsRepository(dir) }
 // LoadRepository reads revision rev ("" = HEAD, "HEAD~N", or a hash
 // prefix) of the .forge repository dir as a Snapshot: its config,
 // tokenizer and model, weights widened to float32 where they were stored
-// in 16 bits. Snapshot.Dir is the repository; it has no run state.
-func LoadRepository(dir, rev string) (*Snapshot, error) {
+// in 16 bits. Snapshot.Dir is the repository; it has no run state. The
+// model is the caller's to train: its weights are copies (MapRepository
+// maps them instead, for reading).
+func LoadRepository(dir, rev string) (*Snapshot, error) { return loadRepository(dir, rev, false) }
+
+// MapRepository is LoadRepository for a model that is only read
+// (generation, evaluation, export): every float32 weight is the mapped
+// shard itself, used in place by the device with no copy where it can —
+// the CPU always, Metal on Apple silicon through newBufferWithBytesNoCopy,
+// so the file cache is the GPU's memory — and those weights are
+// read-only (Snapshot.Mapped counts them; a write to one panics naming
+// it). Weights stored in 16 bits, or split across shards, are copied. The
+// mapping lasts as long as the model does.
+func MapRepository(dir, rev string) (*Snapshot, error) { return loadRepository(dir, rev, true) }
+
+func loadRepository(dir, rev string, mapped bool) (*Snapshot, error) {
 	r, err := fmodel.Open(dir)
 	if err != nil {
 		return nil, err
@@ -210,13 +224,29 @@ func LoadRepository(dir, rev string) (*Snapshot, error) {
 	if err := cfg.CheckWeightMemory(); err != nil {
 		return nil, err
 	}
-	m, err := gpt.New(cfg.Model, cfg.Seed)
+	m, err := gpt.NewEmpty(cfg.Model, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
-	if err := fillParams(where, &safetensors.File{Tensors: s.Tensors()}, "", m); err != nil {
+	var alias aliasFunc
+	if mapped {
+		index := map[string]int{}
+		for i, e := range s.Manifest.Tensors {
+			index[e.Name] = i
+		}
+		alias = func(name string) ([]byte, any, bool) {
+			i, ok := index[name]
+			if !ok {
+				return nil, nil, false
+			}
+			return s.Lend(i)
+		}
+	}
+	n, err := fillParamsAliasing(where, &safetensors.File{Tensors: s.Tensors()}, "", m, alias)
+	if err != nil {
 		return nil, err
 	}
+	m.SetTraining(false)
 	step, _ := strconv.Atoi(s.Manifest.Meta["step"])
-	return &Snapshot{Dir: dir, Config: cfg, Tokenizer: tok, Model: m, Step: step, Revision: s.Hash}, nil
+	return &Snapshot{Dir: dir, Config: cfg, Tokenizer: tok, Model: m, Step: step, Revision: s.Hash, Mapped: n}, nil
 }

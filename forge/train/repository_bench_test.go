@@ -77,4 +77,74 @@ func BenchmarkLoadModel(b *testing.B) {
 			}
 		}
 	})
+	into = nil
+
+	// Whole loads, model construction included, as forge generate does
+	// them: mapped in place (MapRepository), copied into a model built
+	// without initialising it (LoadRepository), and the copy into a
+	// randomly initialised model (what LoadRepository did before
+	// gpt.NewEmpty). "+forward" adds one forward pass of 8 tokens, which
+	// is when a mapped model's pages are first touched.
+	ids := forge.FromSlice(make([]int32, 8), 1, 8)
+	loads := []struct {
+		name string
+		load func() (*gpt.Model, error)
+	}{
+		{"map", func() (*gpt.Model, error) {
+			s, err := MapRepository(repo, "")
+			if err != nil {
+				return nil, err
+			}
+			if s.Mapped != len(s.Model.Params()) {
+				b.Fatalf("mapped %d of %d parameters", s.Mapped, len(s.Model.Params()))
+			}
+			return s.Model, nil
+		}},
+		{"copy", func() (*gpt.Model, error) {
+			s, err := LoadRepository(repo, "")
+			if err != nil {
+				return nil, err
+			}
+			return s.Model, nil
+		}},
+		{"copy-randinit", func() (*gpt.Model, error) {
+			m, err := gpt.New(cfg.Model, 3)
+			if err != nil {
+				return nil, err
+			}
+			r, err := fmodel.Open(repo)
+			if err != nil {
+				return nil, err
+			}
+			s, err := r.Load("")
+			if err != nil {
+				return nil, err
+			}
+			defer s.Close()
+			return m, fillParams(repo, &safetensors.File{Tensors: s.Tensors()}, "", m)
+		}},
+	}
+	for _, l := range loads {
+		for _, fwd := range []bool{false, true} {
+			name := "whole/" + l.name
+			if fwd {
+				name += "+forward"
+			}
+			b.Run(name, func(b *testing.B) {
+				for b.Loop() {
+					m, err := l.load()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if fwd {
+						forge.NoGrad(func() { m.Forward(ids, nil).Sum().Item() })
+					}
+					m = nil
+					b.StopTimer()
+					forge.DefaultDevice().Recycle() // the last model's memory goes back before the next load
+					b.StartTimer()
+				}
+			})
+		}
+	}
 }

@@ -187,3 +187,65 @@ func TestOpenRepositoryFineTunes(t *testing.T) {
 		t.Fatalf("a config of another model: %v", err)
 	}
 }
+
+// TestMapRepository maps a revision's float32 weights in place: every
+// parameter is the shard itself, read-only, and the model computes what
+// the copied model computes, bit for bit. A trainer refuses it in one
+// line; a float16 revision, which must be widened, is copied.
+func TestMapRepository(t *testing.T) {
+	cfg := testRunConfig()
+	dir := t.TempDir()
+	s := openTest(t, dir, &cfg)
+	defer s.Close()
+	if _, err := s.Train(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit("two steps"); err != nil {
+		t.Fatal(err)
+	}
+	repo := filepath.Join(dir, RepositoryDir)
+	mapped, err := MapRepository(repo, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := LoadRepository(repo, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := mapped.Model.Params()
+	if mapped.Mapped != len(params) || copied.Mapped != 0 {
+		t.Fatalf("mapped %d of %d parameters; the copy says %d", mapped.Mapped, len(params), copied.Mapped)
+	}
+	for i, p := range params {
+		if !p.Tensor.ReadOnly() || copied.Model.Params()[i].Tensor.ReadOnly() {
+			t.Fatalf("%s: read-only %v mapped, %v copied", p.Name, p.Tensor.ReadOnly(), copied.Model.Params()[i].Tensor.ReadOnly())
+		}
+	}
+	n := cfg.Model.Context
+	ids := make([]int32, 2*n)
+	for i := range ids {
+		ids[i] = int32(i*7) % int32(cfg.Model.Vocab)
+	}
+	x := forge.FromSlice(ids[:n], 1, n)
+	y := forge.FromSlice(ids[n:], 1, n)
+	var lm, lc float64
+	forge.NoGrad(func() { lm, lc = mapped.Model.Loss(x, y).Item(), copied.Model.Loss(x, y).Item() })
+	if math.Float64bits(lm) != math.Float64bits(lc) {
+		t.Fatalf("loss %v mapped, %v copied", lm, lc)
+	}
+	if _, err := NewTrainer(mapped.Config, mapped.Model, fixedBatch{ids[:n], ids[n:]}, nil); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("a trainer over the mapped model: %v", err)
+	}
+
+	half := filepath.Join(t.TempDir(), "half.forge")
+	if _, err := CommitModel(half, s.Model(), s.Tokenizer(), s.Config(), 2, CommitOptions{DType: "float16"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := MapRepository(half, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Mapped != 0 || h.Model.Params()[0].Tensor.ReadOnly() {
+		t.Fatalf("a float16 revision: %d mapped", h.Mapped)
+	}
+}

@@ -206,7 +206,7 @@ func Open(dir string, opts OpenOptions) (*Session, error) {
 	}
 	var from *Snapshot
 	if opts.From != "" && !Exists(dir) {
-		snap, err := LoadRepository(opts.From, opts.FromRevision)
+		snap, err := MapRepository(opts.From, opts.FromRevision)
 		if err != nil {
 			return nil, err
 		}
@@ -1193,6 +1193,9 @@ type Snapshot struct {
 	State     State
 	// Revision is the .forge revision loaded (LoadRepository), "" for a run.
 	Revision string
+	// Mapped is how many of the model's parameters are the repository's
+	// mapped file itself, read-only (MapRepository); 0 for copies.
+	Mapped int
 	// FellBack says why the checkpoint `latest` names could not be used
 	// and which one was loaded instead ("" when it was used). Callers
 	// must show it: the model is older than the run.
@@ -1222,7 +1225,7 @@ func Load(dir string) (*Snapshot, error) {
 	if err := cfg.CheckWeightMemory(); err != nil {
 		return nil, err
 	}
-	m, err := gpt.New(cfg.Model, cfg.Seed)
+	m, err := gpt.NewEmpty(cfg.Model, cfg.Seed) // LoadWeights fills every weight
 	if err != nil {
 		return nil, err
 	}

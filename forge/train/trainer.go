@@ -332,6 +332,11 @@ func NewTrainer(cfg Config, model *gpt.Model, train Batches, val EvalBatches) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, p := range model.Params() {
+		if p.Tensor.ReadOnly() {
+			return nil, fmt.Errorf("train: the model's weights are read-only (%s maps a .forge file in place: MapRepository); load it with LoadRepository, or open the repository with Open, to train it", p.Name)
+		}
+	}
 	if err := model.SetCompute(cfg.ComputeDType()); err != nil {
 		return nil, fmt.Errorf("train: precision %q: %w", cfg.Precision, err)
 	}

@@ -15,6 +15,7 @@ func init() {
 		"DefaultConfig":  reflect.ValueOf(gpt.DefaultConfig),
 		"ErrEmptyPrompt": reflect.ValueOf(&gpt.ErrEmptyPrompt).Elem(),
 		"New":            reflect.ValueOf(gpt.New),
+		"NewEmpty":       reflect.ValueOf(gpt.NewEmpty),
 		"ParseConfig":    reflect.ValueOf(gpt.ParseConfig),
 
 		// type definitions

@@ -42,6 +42,7 @@ func init() {
 		"LoadRepository":         reflect.ValueOf(train.LoadRepository),
 		"LoadWeights":            reflect.ValueOf(train.LoadWeights),
 		"LockFile":               reflect.ValueOf(constant.MakeFromLiteral("\"lock\"", token.STRING, 0)),
+		"MapRepository":          reflect.ValueOf(train.MapRepository),
 		"MetricNames":            reflect.ValueOf(&train.MetricNames).Elem(),
 		"MetricsFile":            reflect.ValueOf(constant.MakeFromLiteral("\"metrics.jsonl\"", token.STRING, 0)),
 		"NewTrainer":             reflect.ValueOf(train.NewTrainer),

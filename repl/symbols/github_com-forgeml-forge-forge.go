@@ -31,6 +31,7 @@ func init() {
 		"DeviceNames":         reflect.ValueOf(forge.DeviceNames),
 		"Dropout":             reflect.ValueOf(forge.Dropout),
 		"Embedding":           reflect.ValueOf(forge.Embedding),
+		"EmptyOf":             reflect.ValueOf(forge.EmptyOf),
 		"FakeQuant":           reflect.ValueOf(forge.FakeQuant),
 		"Float16":             reflect.ValueOf(forge.Float16),
 		"Float32":             reflect.ValueOf(forge.Float32),
