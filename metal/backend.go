@@ -46,6 +46,15 @@
 // becomes unreachable, by a GC cleanup; its memory is handed out again only
 // after every command buffer that used it has completed.
 //
+// AliasHost makes a buffer of host memory used in place (a model file
+// mapped read-only: driver.HostMemory, newBufferWithBytesNoCopy on the
+// GPU), whole 16 KiB pages (driver.PageSize). It is none of the pool's:
+// freed or collected, its driver buffer is released (and the owner's keep
+// dropped, so the owner may unmap) once every command buffer that used it
+// has completed, and its memory is never handed out again. It is
+// read-only: a Write to it panics (package forge refuses kernels that
+// write it). PoolStats counts it as Mapped, outside Live and Bytes.
+//
 // # Compiling
 //
 // Before its first pipeline the backend asks the driver to compile every
@@ -80,6 +89,7 @@ package metal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -167,13 +177,20 @@ func errFloat64(op string) string {
 
 // checkDType panics unless dt is one the backend stores.
 func checkDType(op string, dt backend.DType) {
+	if msg := dtypeProblem(op, dt); msg != "" {
+		panic(msg)
+	}
+}
+
+// dtypeProblem says why the backend does not store dt ("" if it does).
+func dtypeProblem(op string, dt backend.DType) string {
 	switch dt {
 	case backend.Float32, backend.Int32, backend.Float16, backend.BFloat16:
-		return
+		return ""
 	case backend.Float64:
-		panic(errFloat64(op))
+		return errFloat64(op)
 	}
-	panic(fmt.Sprintf("metal: %s: unsupported dtype %v", op, dt))
+	return fmt.Sprintf("metal: %s: unsupported dtype %v", op, dt)
 }
 
 // Alloc returns a buffer of n elements of dt. Its contents are
@@ -191,6 +208,38 @@ func (b *Backend) Alloc(dt backend.DType, n int) backend.Buffer {
 	x.cleanup = runtime.AddCleanup(x, b.releaseFromGC, blk)
 	b.mu.Unlock()
 	return x
+}
+
+// AliasHost returns a read-only buffer of dt whose memory is mem itself
+// (backend.Backend.AliasHost): the driver's buffer spans mem to the end
+// of its last driver.PageSize page, which cap(mem) must reach; mem must
+// start on such a page. An error says why mem cannot be used in place.
+func (b *Backend) AliasHost(dt backend.DType, mem []byte, keep any) (backend.Buffer, error) {
+	if msg := dtypeProblem("alias", dt); msg != "" {
+		return nil, errors.New(msg)
+	}
+	hm, ok := b.drv.(driver.HostMemory)
+	if !ok {
+		return nil, fmt.Errorf("metal: alias: %s: %w", b.drv.Name(), backend.ErrNoAlias)
+	}
+	if len(mem) == 0 || len(mem)%dt.Size() != 0 {
+		return nil, fmt.Errorf("metal: alias: %d bytes are not a whole number of %v elements", len(mem), dt)
+	}
+	n := roundUp(len(mem), driver.PageSize)
+	if cap(mem) < n {
+		return nil, fmt.Errorf("metal: alias: %d bytes (capacity %d) are not whole pages: the memory must reach the end of its last %d-byte page", len(mem), cap(mem), driver.PageSize)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	buf, err := hm.NewBufferNoCopy(mem[:n])
+	if err != nil {
+		return nil, fmt.Errorf("metal: alias: %w", err)
+	}
+	blk := &block{slab: &slab{buf: buf, mapped: true, keep: keep}, size: n}
+	b.pool.st.Mapped += int64(n)
+	x := &Buffer{dt: dt, n: len(mem) / dt.Size(), blk: blk}
+	x.cleanup = runtime.AddCleanup(x, b.releaseFromGC, blk)
+	return x, nil
 }
 
 // releaseFromGC runs on the cleanup goroutine when a Buffer became
@@ -215,8 +264,9 @@ func (b *Backend) drainReleased() {
 }
 
 // Free returns buf's memory to the pool; it is reused once every command
-// buffer that used it has completed. buf must not be used afterwards.
-// Freeing twice is a no-op.
+// buffer that used it has completed (a buffer of AliasHost is released
+// then instead). buf must not be used afterwards. Freeing twice is a
+// no-op.
 func (b *Backend) Free(buf backend.Buffer) {
 	x, ok := buf.(*Buffer)
 	if !ok || x == nil {
@@ -282,7 +332,8 @@ func hostBytes(op string, dt backend.DType, host any) ([]byte, int) {
 // Write copies host data ([]float32 or []int32 matching the dtype; the
 // []uint16 bit patterns of a float16 or bfloat16 buffer, stored as given;
 // len ≤ Len) into dst from element 0. If a queued kernel uses dst, the
-// queue is synchronised first (see the package documentation).
+// queue is synchronised first (see the package documentation). A
+// buffer of AliasHost is read-only: writing it panics.
 func (b *Backend) Write(dst backend.Buffer, src any) { b.hostCopy("write", dst, src, true) }
 
 // Read copies src's first len(dst) elements into dst ([]float32 or
@@ -307,6 +358,9 @@ func (b *Backend) hostCopy(op string, buf backend.Buffer, host any, write bool) 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	blk := x.block(op)
+	if write && blk.slab.mapped {
+		panic("metal: " + op + ": the buffer is host memory used in place (a mapped model file) and is read-only")
+	}
 	if write && !blk.bound && blk.use > b.stream.done {
 		// A block reused within its command buffer holds nothing of x's
 		// yet, but queued kernels of its earlier life still use it: give

@@ -91,7 +91,7 @@ var sel struct {
 	alloc, init, release, retain, respondsTo                         objc.SEL
 	name, utf8, localizedDescription, initWithBytes, count, objectAt objc.SEL
 	processInfo, atLeastVersion, supportsFamily                      objc.SEL
-	newQueue, newBuffer, contents                                    objc.SEL
+	newQueue, newBuffer, newBufferNoCopy, contents                   objc.SEL
 	setLanguageVersion, languageVersion, setMathMode, setFastMath    objc.SEL
 	setMathFunctions                                                 objc.SEL
 	newLibrary, newFunction, setConstant, newPipeline                objc.SEL
@@ -143,6 +143,7 @@ func resolveRuntime() error {
 	sel.processInfo, sel.atLeastVersion = r("processInfo"), r("isOperatingSystemAtLeastVersion:")
 	sel.supportsFamily = r("supportsFamily:")
 	sel.newQueue, sel.newBuffer, sel.contents = r("newCommandQueue"), r("newBufferWithLength:options:"), r("contents")
+	sel.newBufferNoCopy = r("newBufferWithBytesNoCopy:length:options:deallocator:")
 	sel.setLanguageVersion, sel.languageVersion = r("setLanguageVersion:"), r("languageVersion")
 	sel.setMathMode, sel.setFastMath = r("setMathMode:"), r("setFastMathEnabled:")
 	sel.setMathFunctions = r("setMathFloatingPointFunctions:")
@@ -407,6 +408,29 @@ func (d *metalDriver) NewBuffer(size int) (driver.Buffer, error) {
 		return nil, fmt.Errorf("metal: a %d-byte buffer has no contents pointer", size)
 	}
 	return &mtlBuffer{id: id, b: unsafe.Slice((*byte)(cPointer(p)), size)}, nil
+}
+
+// NewBufferNoCopy makes an MTLBuffer of mem itself
+// (newBufferWithBytesNoCopy:length:options:deallocator:, shared storage,
+// no deallocator: Release drops the MTLBuffer and leaves the memory to
+// its owner). Metal requires mem to start on a host page and be a whole
+// number of pages long (os.Getpagesize: 16 KiB on Apple silicon).
+var _ driver.HostMemory = (*metalDriver)(nil)
+
+func (d *metalDriver) NewBufferNoCopy(mem []byte) (driver.Buffer, error) {
+	page := os.Getpagesize()
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	if len(mem) == 0 || p%uintptr(page) != 0 || len(mem)%page != 0 {
+		return nil, fmt.Errorf("metal: newBufferWithBytesNoCopy: %d bytes at %#x are not whole %d-byte pages", len(mem), p, page)
+	}
+	var id objc.ID
+	withPool(func() {
+		id = msgID(d.dev, sel.newBufferNoCopy, uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(len(mem)), mtlStorageShare, 0)
+	})
+	if id == 0 {
+		return nil, fmt.Errorf("metal: newBufferWithBytesNoCopy:%#x length:%d failed", p, len(mem))
+	}
+	return &mtlBuffer{id: id, b: mem[:len(mem):len(mem)]}, nil
 }
 
 // tensorFamilies reports (once) whether the OS is macOS 26 or later and

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/forgeml/forge/metal/driver"
 )
@@ -82,6 +83,20 @@ func (d *fakeDriver) NewBuffer(size int) (driver.Buffer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b := &fakeBuf{d: d, b: make([]byte, size)}
+	d.bufs = append(d.bufs, b)
+	return b, nil
+}
+
+// NewBufferNoCopy wraps mem (driver.HostMemory), as strict as Apple
+// silicon: whole driver.PageSize pages.
+func (d *fakeDriver) NewBufferNoCopy(mem []byte) (driver.Buffer, error) {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	if len(mem) == 0 || p%driver.PageSize != 0 || len(mem)%driver.PageSize != 0 {
+		return nil, fmt.Errorf("fake: NewBufferNoCopy: %d bytes at %#x are not whole pages", len(mem), p)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := &fakeBuf{d: d, b: mem}
 	d.bufs = append(d.bufs, b)
 	return b, nil
 }

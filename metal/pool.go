@@ -68,6 +68,12 @@ type slab struct {
 	class  int
 	carved int // bytes carved so far
 	live   int // blocks handed out or deferred (not on a free list)
+	// mapped: buf is host memory used in place (AliasHost), one block
+	// that is none of the pool's: never on a free list, never trimmed,
+	// handed out once. keep owns the memory; it is dropped when buf is
+	// released, once no command buffer uses it.
+	mapped bool
+	keep   any
 }
 
 // block is one sub-allocation.
@@ -102,7 +108,10 @@ type pool struct {
 	current       map[int][]*block
 	currentSerial uint64
 	slabs         map[*slab]struct{}
-	budget        int64
+	// mappedWait holds the blocks of mapped slabs freed while a command
+	// buffer still used them: released when it completes.
+	mappedWait []*block
+	budget     int64
 	// workingSet is the device's recommended working set (0: unknown),
 	// read once: the driver asks the GPU for it.
 	workingSet int64
@@ -126,6 +135,7 @@ type PoolStats struct {
 	Live     int64 // in blocks handed out and not freed
 	Free     int64 // in blocks ready to be handed out
 	Deferred int64 // freed, waiting for a command buffer to complete
+	Mapped   int64 // in unreleased driver buffers over host memory (AliasHost); not in Bytes or Live
 
 	Allocs    int64 // Alloc calls
 	Hits      int64 // served from a free list
@@ -246,6 +256,10 @@ func (p *pool) handOut(k *block) *block {
 // buffer has completed, open the serial of the command buffer being
 // encoded (0 if none).
 func (p *pool) release(k *block, done, open uint64) {
+	if k.slab.mapped {
+		p.releaseMapped(k, done)
+		return
+	}
 	p.st.Live -= int64(k.size)
 	if open != 0 && k.use == open {
 		p.sweepCurrent(open)
@@ -260,6 +274,22 @@ func (p *pool) release(k *block, done, open uint64) {
 		return
 	}
 	p.toFree(k)
+}
+
+// releaseMapped takes back the block of a mapped slab: its driver buffer
+// is released, and keep dropped, once every command buffer that used it
+// has completed (use ≤ done; the open command buffer's serial is above
+// done, so a block it binds waits for it to be committed and complete).
+// Its memory is never handed out again.
+func (p *pool) releaseMapped(k *block, done uint64) {
+	if k.use > done {
+		p.mappedWait = append(p.mappedWait, k)
+		return
+	}
+	s := k.slab
+	p.st.Mapped -= int64(s.buf.Size())
+	s.buf.Release()
+	s.buf, s.keep = nil, nil
 }
 
 // sweepCurrent moves the blocks of current to the deferred list if the
@@ -302,8 +332,16 @@ func (p *pool) toFree(k *block) {
 }
 
 // completed moves the deferred blocks whose command buffers have all
-// completed (use ≤ done) to the free lists.
+// completed (use ≤ done) to the free lists, and releases the mapped
+// blocks that waited for them.
 func (p *pool) completed(done uint64) {
+	if len(p.mappedWait) > 0 {
+		wait := p.mappedWait
+		p.mappedWait = nil
+		for _, k := range wait {
+			p.releaseMapped(k, done)
+		}
+	}
 	if p.currentSerial != 0 && p.currentSerial <= done {
 		for c, l := range p.current {
 			for _, k := range l {
@@ -523,7 +561,10 @@ func (b *Backend) Trim() int64 {
 
 // Memory reports the pool: blocks handed out (Live, and PeakLive as
 // Peak), driver memory held (Bytes), and as Budget the device's
-// recommended working set (0 if the driver does not know it).
+// recommended working set (0 if the driver does not know it). Mapped
+// bytes are in none of them: that memory is the owner's (a mapped file's
+// pages, which the system may evict and read again), not memory the
+// backend took from the system or can give back.
 func (b *Backend) Memory() backend.MemoryStats {
 	st := b.PoolStats()
 	return backend.MemoryStats{Live: st.Live, Peak: st.PeakLive, Held: st.Bytes, Budget: b.pool.workingSet}

@@ -51,7 +51,8 @@
 //
 // Buffers are anonymous mappings with a guard page before and after (the
 // data is 256-byte aligned and ends less than 256 bytes before the
-// trailing guard). A kernel that faults — runs off a buffer, overflows its
+// trailing guard); those of NewBufferNoCopy are the caller's memory, with
+// no guards. A kernel that faults — runs off a buffer, overflows its
 // fiber stack, divides an integer by zero — fails its command buffer with
 // an error naming the kernel, the thread and the nearest argument buffer;
 // the process and the driver carry on. (The library installs a handler for
@@ -537,6 +538,22 @@ func (d *Driver) NewBuffer(size int) (driver.Buffer, error) {
 	b := &buffer{data: data, size: size, release: release}
 	attachCleanup(b)
 	return b, nil
+}
+
+var _ driver.HostMemory = (*Driver)(nil)
+
+// NewBufferNoCopy returns a buffer whose memory is mem itself: no copy,
+// no guard pages. As on Apple silicon, mem must start on a
+// driver.PageSize boundary and be a whole number of those pages long
+// (checked on every host, whatever its page size). Release forgets mem
+// and never unmaps it. A kernel that writes a read-only mapping faults,
+// and Wait reports it like any fault.
+func (d *Driver) NewBufferNoCopy(mem []byte) (driver.Buffer, error) {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	if len(mem) == 0 || p%driver.PageSize != 0 || len(mem)%driver.PageSize != 0 {
+		return nil, fmt.Errorf("metal-emu: NewBufferNoCopy: %d bytes at %#x are not whole %d-byte pages", len(mem), p, driver.PageSize)
+	}
+	return &buffer{data: mem[:len(mem):len(mem)], size: len(mem), release: func() {}}, nil
 }
 
 func (b *buffer) Bytes() []byte { return b.data }
