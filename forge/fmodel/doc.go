@@ -35,8 +35,12 @@
 // with the holder's pid.
 //
 // Readers take no lock. Open checks the layout; Load maps the shards of
-// one revision (mmap on Unix) and returns tensors whose bytes alias the
-// mapping, after checking every part against its shard's size. Verify
+// one revision (mmap on Unix, read-only, starting on a PageSize boundary)
+// and returns tensors whose bytes alias the mapping, after checking every
+// part against its shard's size. Snapshot.Lend hands a tensor's pages out
+// for use beyond Close — a device takes them as its memory with no copy
+// (forge's Tensor.AliasBytes; on Apple silicon a Metal no-copy buffer) —
+// and the shard stays mapped until the last of them is gone. Verify
 // re-hashes every shard and tensor. Manifests and their references are
 // validated before use, so a damaged or hostile repository gives an error
 // naming the file, never a panic (the parsers are fuzzed).
